@@ -1,0 +1,101 @@
+# reprise — build, test, run.
+#
+#   make            build build/libreprise.a and build/reprise (release, -O2 -g)
+#   make run        set up what is missing, build, run the demo job
+#   make test       build release + sanitizer trees, run the whole suite in both
+#   make san        build the ASan+UBSan tree (build-san/)
+#   make fuzz       build the libFuzzer targets (clang) and run each for FUZZ_SECONDS
+#   make format     clang-format every C source in place
+#   make bench      run the benchmark scripts under bench/ (long)
+#
+# BUILD=dir picks the output tree, so several trees can coexist.
+
+BUILD    ?= build
+CC       ?= cc
+SHARED   ?= $(if $(REPRISE_SHARED),$(REPRISE_SHARED),../shared)
+export REPRISE_SHARED := $(abspath $(SHARED))
+
+WARN     := -std=c11 -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes \
+            -Wmissing-prototypes -Werror
+OPT      ?= -O2 -g
+CPPFLAGS += -D_GNU_SOURCE -Iinclude -Isrc -MMD -MP
+PKGS     := libpcre2-8 libmicrohttpd jansson libxxhash libpng libedit
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CFLAGS   += $(WARN) $(OPT) -pthread -fno-strict-aliasing $(PKG_CFLAGS) $(EXTRA_CFLAGS)
+LDLIBS   += $(PKG_LIBS) -lopenblas -lm -pthread
+
+ifeq ($(SAN),1)
+CFLAGS   += -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+            -fno-omit-frame-pointer -DRP_SANITIZE=1
+LDFLAGS  += -fsanitize=address,undefined
+endif
+
+# Kernels compiled for an instruction set beyond the baseline; chosen at run
+# time from cpuid (src/cpu.c), so the binary still runs where they are absent.
+ISA_avx2   := -mavx2 -mfma -mf16c -mbmi2
+ISA_avx512 := $(ISA_avx2) -mavx512f -mavx512bw -mavx512vl -mavx512dq \
+              -mavx512vnni -mavx512vbmi
+
+LIB_SRC  := $(sort $(wildcard src/*.c src/arch/*.c src/kernels/*.c))
+TOOL_SRC := $(sort $(wildcard tools/*.c))
+TEST_SRC := $(sort $(wildcard tests/unit/*.c))
+
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/%.o)
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
+
+LIB      := $(BUILD)/libreprise.a
+BIN      := $(BUILD)/reprise
+TESTBIN  := $(BUILD)/test-unit
+
+.PHONY: all run test san fuzz format format-check bench setup clean unit
+all: $(LIB) $(BIN) $(TESTBIN)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(if $(findstring _avx512,$<),$(ISA_avx512),$(if $(findstring _avx2,$<),$(ISA_avx2))) -c $< -o $@
+
+$(LIB): $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BIN): $(TOOL_OBJ) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $(TOOL_OBJ) $(LIB) $(LDLIBS)
+
+$(TESTBIN): $(TEST_OBJ) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(LIB) $(LDLIBS)
+
+san:
+	$(MAKE) BUILD=build-san SAN=1 OPT="-O1 -g" all
+
+setup:
+	@scripts/setup.sh
+
+run: setup
+	@$(MAKE) --no-print-directory all
+	@$(BIN) demo
+
+test: all
+	@$(MAKE) --no-print-directory BUILD=build-san SAN=1 OPT="-O1 -g" all
+	@tests/run.sh $(BUILD) build-san
+
+unit: all
+	@$(TESTBIN)
+
+fuzz:
+	@tests/fuzz/run.sh
+
+bench: all
+	@for s in bench/*.sh; do echo "== $$s"; $$s || exit 1; done
+
+format:
+	clang-format -i $(LIB_SRC) $(TOOL_SRC) $(TEST_SRC) $(wildcard include/*.h src/*.h src/*/*.h tools/*.h tests/*.h tests/unit/*.h tests/fuzz/*.c)
+
+format-check:
+	@clang-format --dry-run -Werror $(LIB_SRC) $(TOOL_SRC) $(TEST_SRC) $(wildcard include/*.h src/*.h src/*/*.h tools/*.h)
+
+clean:
+	rm -rf build build-san build-fuzz
+
+-include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_OBJ:.o=.d)

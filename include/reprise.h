@@ -1,0 +1,268 @@
+/*
+ * reprise — a C11 inference engine for GGUF language models in which the layers
+ * a model runs are a plan over weights stored once.
+ *
+ * Public C API. Every handle is opaque. Every function that can fail returns an
+ * rp_status (or NULL for constructors that say so); the message of the last
+ * failure on the calling thread is rp_last_error(). The library never prints and
+ * never exits: diagnostics reach the caller through the log callback.
+ *
+ * Thread safety: a model is immutable after load and may be shared by any
+ * number of contexts and threads. A context is used by one thread at a time.
+ */
+#ifndef REPRISE_H
+#define REPRISE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RP_VERSION "0.1.0"
+
+/* ---- status and errors --------------------------------------------------- */
+
+typedef enum rp_status {
+    RP_OK = 0,
+    RP_ERR_INVALID_ARG = 1,  /* an argument is malformed or out of range */
+    RP_ERR_IO = 2,           /* open, read, write, map or rename failed */
+    RP_ERR_FORMAT = 3,       /* a file is malformed (the message says where) */
+    RP_ERR_UNSUPPORTED = 4,  /* well-formed, but not something reprise runs */
+    RP_ERR_NOMEM = 5,        /* an allocation failed */
+    RP_ERR_PLAN = 6,         /* a layer spec does not fit this model */
+    RP_ERR_CONTEXT_FULL = 7, /* no room left in the KV cache for the batch */
+    RP_ERR_CANCELLED = 8,    /* a progress callback asked to stop */
+    RP_ERR_INTERNAL = 9,     /* a broken invariant: a bug in reprise */
+} rp_status;
+
+/* Short fixed name of a status ("format error", ...). Never NULL. */
+const char *rp_status_str(rp_status s);
+
+/* Message of the most recent failing call on this thread (thread-local; empty
+ * string when none). Valid until the next failing call on the same thread. */
+const char *rp_last_error(void);
+
+/* ---- logging and progress ------------------------------------------------ */
+
+typedef enum rp_log_level {
+    RP_LOG_ERROR = 0,
+    RP_LOG_WARN = 1,
+    RP_LOG_INFO = 2,
+    RP_LOG_DEBUG = 3,
+} rp_log_level;
+
+/* Receives every diagnostic the library produces; msg has no trailing newline.
+ * Without a callback the library stays silent. Process-wide. */
+typedef void (*rp_log_fn)(rp_log_level level, const char *msg, void *user);
+void rp_log_set(rp_log_fn fn, void *user);
+
+/* Long work reports progress in [0,1]; returning false cancels it (the call then
+ * returns RP_ERR_CANCELLED and leaves nothing half-done behind). */
+typedef bool (*rp_progress_fn)(float progress, void *user);
+
+/* ---- tensor types (ggml / GGUF numbering) -------------------------------- */
+
+typedef enum rp_type {
+    RP_TYPE_F32 = 0,
+    RP_TYPE_F16 = 1,
+    RP_TYPE_Q4_0 = 2,
+    RP_TYPE_Q4_1 = 3,
+    RP_TYPE_Q5_0 = 6,
+    RP_TYPE_Q5_1 = 7,
+    RP_TYPE_Q8_0 = 8,
+    RP_TYPE_Q8_1 = 9,
+    RP_TYPE_Q2_K = 10,
+    RP_TYPE_Q3_K = 11,
+    RP_TYPE_Q4_K = 12,
+    RP_TYPE_Q5_K = 13,
+    RP_TYPE_Q6_K = 14,
+    RP_TYPE_Q8_K = 15,
+    RP_TYPE_IQ2_XXS = 16,
+    RP_TYPE_IQ2_XS = 17,
+    RP_TYPE_IQ3_XXS = 18,
+    RP_TYPE_IQ1_S = 19,
+    RP_TYPE_IQ4_NL = 20,
+    RP_TYPE_IQ3_S = 21,
+    RP_TYPE_IQ2_S = 22,
+    RP_TYPE_IQ4_XS = 23,
+    RP_TYPE_I8 = 24,
+    RP_TYPE_I16 = 25,
+    RP_TYPE_I32 = 26,
+    RP_TYPE_I64 = 27,
+    RP_TYPE_F64 = 28,
+    RP_TYPE_IQ1_M = 29,
+    RP_TYPE_BF16 = 30,
+    RP_TYPE_TQ1_0 = 34,
+    RP_TYPE_TQ2_0 = 35,
+    RP_TYPE_MXFP4 = 39,
+    RP_TYPE_COUNT = 40,
+} rp_type;
+
+/* Name as llama.cpp spells it ("q4_K", "f16"); NULL for an unknown id. */
+const char *rp_type_name(int type);
+/* Parse a type name, case-insensitively ("f16", "Q8_0"); -1 if unknown. */
+int rp_type_from_name(const char *name);
+
+/* ---- model --------------------------------------------------------------- */
+
+typedef struct rp_model rp_model;
+typedef struct rp_vocab rp_vocab;
+
+typedef struct rp_model_params {
+    bool vocab_only;         /* load only the tokenizer */
+    rp_progress_fn progress; /* optional */
+    void *progress_user;
+} rp_model_params;
+
+rp_model_params rp_model_default_params(void);
+
+/* Maps the file and binds its tensors in place (no copies). */
+rp_status rp_model_load(const char *path, const rp_model_params *params, rp_model **out);
+void rp_model_free(rp_model *model);
+
+const char *rp_model_arch(const rp_model *model);   /* "llama", "qwen3", ... */
+const char *rp_model_name(const rp_model *model);   /* general.name or file name */
+int rp_model_n_layer(const rp_model *model);        /* trunk layers a plan may use */
+int rp_model_n_layer_total(const rp_model *model);  /* incl. NextN/MTP head layers */
+int rp_model_n_embd(const rp_model *model);
+int rp_model_n_ctx_train(const rp_model *model);
+uint64_t rp_model_n_params(const rp_model *model);
+uint64_t rp_model_weight_bytes(const rp_model *model); /* distinct bytes mapped */
+/* Short description: "llama 5L n_embd 64 F32 1.1 MiB". */
+int rp_model_desc(const rp_model *model, char *buf, size_t size);
+const rp_vocab *rp_model_vocab(const rp_model *model);
+/* Metadata string value (e.g. "tokenizer.chat_template"), NULL if absent. */
+const char *rp_model_meta_str(const rp_model *model, const char *key);
+
+/* ---- context ------------------------------------------------------------- */
+
+typedef struct rp_context rp_context;
+
+typedef struct rp_context_params {
+    uint32_t n_ctx;     /* positions per sequence; 0 = min(training context, 4096) */
+    uint32_t n_batch;   /* tokens computed together in one pass; 0 = 512 */
+    uint32_t n_seq_max; /* independent sequences (server slots); 0 = 1 */
+    int n_threads;      /* 0 = number of physical cores */
+    int type_k;         /* KV cache element type: RP_TYPE_F32 or RP_TYPE_F16 */
+    int type_v;
+    /* Layer plan. At most one of these may be set (NULL or "" = identity).
+     *   repeat_layers: RYS blocks "i,j;k,l" (half-open source ranges run twice)
+     *   layer_map:     ExLlamaV3 ranges "0..15,11..31" (inclusive) or an explicit
+     *                  list "0,1,2,2,3" */
+    const char *repeat_layers;
+    const char *layer_map;
+    /* Keep the final hidden state (before the output norm) of every output row,
+     * readable through rp_get_hidden (speculative drafting, embeddings). */
+    bool keep_hidden;
+} rp_context_params;
+
+rp_context_params rp_context_default_params(void);
+
+/* Builds the plan (validated before anything is allocated), the KV/recurrent
+ * state and the thread pool. The model must outlive the context. */
+rp_status rp_context_new(const rp_model *model, const rp_context_params *params,
+                         rp_context **out);
+void rp_context_free(rp_context *ctx);
+
+const rp_model *rp_context_model(const rp_context *ctx);
+uint32_t rp_context_n_ctx(const rp_context *ctx);
+uint32_t rp_context_n_seq(const rp_context *ctx);
+int rp_context_n_threads(const rp_context *ctx);
+/* Number of steps in the plan (n_eff). */
+int rp_context_n_eff(const rp_context *ctx);
+/* Source layer of step eff (0 <= eff < n_eff). */
+int rp_context_step_src(const rp_context *ctx, int eff);
+/* Bytes of KV cache and recurrent state allocated by this context. */
+uint64_t rp_context_state_bytes(const rp_context *ctx);
+/* Multi-line human description of the plan (the load-time report). Returns the
+ * length the full text needs (like snprintf). */
+int rp_context_plan_report(const rp_context *ctx, char *buf, size_t size);
+
+/* One decode call: tokens of any sequences with their positions. Positions of
+ * one sequence must continue where its cache ends (pos == rp_kv_seq_len). */
+typedef struct rp_batch {
+    int32_t n_tokens;
+    const int32_t *token;  /* [n_tokens] token ids */
+    const int32_t *pos;    /* [n_tokens] positions; NULL = continue each sequence */
+    const int32_t *seq_id; /* [n_tokens] sequence ids; NULL = all 0 */
+    const int8_t *logits;  /* [n_tokens] nonzero: compute logits; NULL = last only */
+} rp_batch;
+
+rp_status rp_decode(rp_context *ctx, const rp_batch *batch);
+
+/* Logits (n_vocab floats) of batch row i of the last rp_decode; NULL if row i
+ * asked for none. Valid until the next decode. */
+const float *rp_get_logits(const rp_context *ctx, int i);
+/* Final hidden state (n_embd floats) of batch row i; needs keep_hidden. */
+const float *rp_get_hidden(const rp_context *ctx, int i);
+int rp_n_vocab(const rp_context *ctx);
+
+/* Number of positions cached for seq (the next position to decode). */
+int rp_kv_seq_len(const rp_context *ctx, int seq);
+/* Forget positions >= p of seq (p = 0 clears it). Attention caches simply
+ * shrink; recurrent state can only be cleared (p = 0) or restored from a
+ * checkpoint taken at p. */
+rp_status rp_kv_seq_truncate(rp_context *ctx, int seq, int p);
+void rp_kv_clear(rp_context *ctx);
+
+/* ---- vocabulary ---------------------------------------------------------- */
+
+int32_t rp_vocab_n_tokens(const rp_vocab *vocab);
+int32_t rp_vocab_bos(const rp_vocab *vocab); /* -1 if none */
+int32_t rp_vocab_eos(const rp_vocab *vocab);
+bool rp_vocab_add_bos(const rp_vocab *vocab);
+bool rp_vocab_add_eos(const rp_vocab *vocab);
+/* True for every token that ends generation (EOS, EOT, <|im_end|>, ...). */
+bool rp_vocab_is_eog(const rp_vocab *vocab, int32_t token);
+/* Text of a token id; NULL if out of range. */
+const char *rp_vocab_text(const rp_vocab *vocab, int32_t token);
+
+/* Tokenize text[0..len). add_special: add BOS/EOS as the vocabulary asks.
+ * parse_special: recognise control tokens written in the text (e.g.
+ * "<|im_start|>"); otherwise they are tokenized as plain text. On success
+ * *out is malloc'ed (caller frees) and *n_out holds its length. */
+rp_status rp_tokenize(const rp_vocab *vocab, const char *text, size_t len, bool add_special,
+                      bool parse_special, int32_t **out, size_t *n_out);
+
+/* Detokenizer state: a token's text may end in an incomplete UTF-8 sequence or
+ * (SPM) need the space handling of its neighbour; feed tokens in order. */
+int rp_token_to_piece(const rp_vocab *vocab, int32_t token, bool special, char *buf, size_t size);
+/* Whole sequence to text; returns the length needed (like snprintf). */
+int rp_detokenize(const rp_vocab *vocab, const int32_t *tokens, size_t n, bool special,
+                  char *buf, size_t size);
+
+/* ---- sampling ------------------------------------------------------------ */
+
+typedef struct rp_sampler rp_sampler;
+
+typedef struct rp_sampler_params {
+    float temp;             /* <= 0: greedy */
+    int32_t top_k;          /* <= 0: off */
+    float top_p;            /* >= 1: off */
+    float min_p;            /* <= 0: off */
+    float repeat_penalty;   /* 1: off */
+    int32_t penalty_last_n; /* window of the penalties; 0 = off, -1 = whole context */
+    float freq_penalty;     /* 0: off */
+    float presence_penalty; /* 0: off */
+    uint64_t seed;
+} rp_sampler_params;
+
+rp_sampler_params rp_sampler_default_params(void);
+rp_sampler *rp_sampler_new(const rp_sampler_params *params, int32_t n_vocab);
+void rp_sampler_free(rp_sampler *s);
+/* Remember a token in the penalty window (prompt tokens and sampled ones). */
+void rp_sampler_accept(rp_sampler *s, int32_t token);
+void rp_sampler_reset(rp_sampler *s);
+/* Sample from logits (n_vocab floats, not modified). */
+int32_t rp_sampler_sample(rp_sampler *s, const float *logits);
+/* The probability distribution the chain samples from, after every stage
+ * (n_vocab floats; zero outside the kept set). For speculative decoding. */
+void rp_sampler_probs(rp_sampler *s, const float *logits, float *probs);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REPRISE_H */

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs what reprise needs to build and test, on Debian 12. Idempotent:
+# only missing packages are installed. The single source of setup for
+# `make run`, `make test` and CI.
+set -euo pipefail
+
+DEBS=(
+    build-essential pkg-config make
+    libpcre2-dev          # pre-tokenizer regexes (Unicode properties)
+    libmicrohttpd-dev     # HTTP server
+    libjansson-dev        # JSON
+    libxxhash-dev         # content hashes of models (plan files)
+    libpng-dev            # heatmaps (reprise scan)
+    libedit-dev           # line editing (reprise chat)
+    libopenblas-dev       # F32/F16 prompt GEMM where it wins
+    xz-utils              # tokenizer fixtures in ../shared are .xz
+    python3 python3-venv  # the openai client test of the server
+    clang                 # libFuzzer targets (make fuzz)
+    curl
+)
+
+missing=()
+for p in "${DEBS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Python client used by one server test (not part of the product).
+VENV="$(cd "$(dirname "$0")/.." && pwd)/build/venv"
+if [ "${REPRISE_SKIP_PY:-0}" != 1 ] && [ ! -x "$VENV/bin/python" -o ! -e "$VENV/.ok" ]; then
+    python3 -m venv "$VENV" >/dev/null 2>&1 && "$VENV/bin/pip" install -q openai >/dev/null 2>&1 && touch "$VENV/.ok" \
+        || echo "setup: could not install the openai client (its test will report itself skipped)"
+fi
+exit 0

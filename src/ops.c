@@ -1,0 +1,241 @@
+#include "ops.h"
+#include "kernels/kernels.h"
+#include "util.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- norms --------------------------------------------------------------- */
+
+void rp_rmsnorm(float *y, const float *x, const float *w, int n, int n_rows, float eps) {
+    for (int r = 0; r < n_rows; r++) {
+        const float *xr = x + (size_t)r * (size_t)n;
+        float *yr = y + (size_t)r * (size_t)n;
+        double ss = 0; /* double accumulation, as ggml does */
+        for (int i = 0; i < n; i++) ss += (double)(xr[i] * xr[i]);
+        float scale = 1.0f / sqrtf((float)(ss / n) + eps);
+        if (w)
+            for (int i = 0; i < n; i++) yr[i] = (xr[i] * scale) * w[i];
+        else
+            for (int i = 0; i < n; i++) yr[i] = xr[i] * scale;
+    }
+}
+
+void rp_rmsnorm_heads(float *x, const float *w, int head_dim, int n_head, int n_rows, int stride,
+                      float eps) {
+    for (int r = 0; r < n_rows; r++)
+        rp_rmsnorm(x + (size_t)r * (size_t)stride, x + (size_t)r * (size_t)stride, w, head_dim, n_head,
+                   eps);
+}
+
+void rp_layernorm(float *y, const float *x, const float *w, const float *b, int n, int n_rows,
+                  float eps) {
+    for (int r = 0; r < n_rows; r++) {
+        const float *xr = x + (size_t)r * (size_t)n;
+        float *yr = y + (size_t)r * (size_t)n;
+        double mean = 0, var = 0;
+        for (int i = 0; i < n; i++) mean += xr[i];
+        mean /= n;
+        for (int i = 0; i < n; i++) var += ((double)xr[i] - mean) * ((double)xr[i] - mean);
+        float scale = 1.0f / sqrtf((float)(var / n) + eps);
+        for (int i = 0; i < n; i++) {
+            float v = (float)(xr[i] - mean) * scale;
+            yr[i] = v * (w ? w[i] : 1.0f) + (b ? b[i] : 0.0f);
+        }
+    }
+}
+
+/* ---- rope ---------------------------------------------------------------- */
+
+static float yarn_ramp(float low, float high, int i0) {
+    float y = ((float)(i0 / 2) - low) / fmaxf(0.001f, high - low);
+    return 1.0f - fminf(1.0f, fmaxf(0.0f, y));
+}
+
+static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
+    return (float)n_dims * logf((float)n_ctx_orig / (n_rot * 2.0f * (float)M_PI)) / (2.0f * logf(base));
+}
+
+void rp_rope_cache(float *cs, const int32_t *pos, int n_tok, const rp_rope_params *p) {
+    const int n_rot = p->n_rot;
+    const float theta_scale = powf(p->freq_base, -2.0f / (float)n_rot);
+    float corr[2] = {0, 0};
+    if (p->ext_factor != 0.0f) {
+        float lo = floorf(yarn_corr_dim(n_rot, p->n_ctx_orig, p->beta_fast, p->freq_base));
+        float hi = ceilf(yarn_corr_dim(n_rot, p->n_ctx_orig, p->beta_slow, p->freq_base));
+        corr[0] = fmaxf(0.0f, lo);
+        corr[1] = fminf((float)(n_rot - 1), hi);
+    }
+    for (int t = 0; t < n_tok; t++) {
+        float *c = cs + (size_t)t * (size_t)n_rot;
+        float theta = (float)pos[t];
+        for (int i0 = 0; i0 < n_rot; i0 += 2) {
+            float ff = p->freq_factors ? p->freq_factors[i0 / 2] : 1.0f;
+            float extrap = theta / ff;
+            float interp = p->freq_scale * extrap;
+            float th = interp, mscale = p->attn_factor;
+            if (p->ext_factor != 0.0f) {
+                float mix = yarn_ramp(corr[0], corr[1], i0) * p->ext_factor;
+                th = interp * (1 - mix) + extrap * mix;
+                mscale *= 1.0f + 0.1f * logf(1.0f / p->freq_scale);
+            }
+            c[i0] = cosf(th) * mscale;
+            c[i0 + 1] = sinf(th) * mscale;
+            theta *= theta_scale;
+        }
+    }
+}
+
+void rp_rope_apply(float *x, int n_tok, int stride, int n_head, int head_dim, int n_rot,
+                   const float *cs, rp_rope_style style) {
+    for (int t = 0; t < n_tok; t++) {
+        const float *c = cs + (size_t)t * (size_t)n_rot;
+        for (int h = 0; h < n_head; h++) {
+            float *v = x + (size_t)t * (size_t)stride + (size_t)h * (size_t)head_dim;
+            if (style == RP_ROPE_NEOX) {
+                int half = n_rot / 2;
+                for (int i = 0; i < half; i++) {
+                    float x0 = v[i], x1 = v[i + half];
+                    float co = c[2 * i], si = c[2 * i + 1];
+                    v[i] = x0 * co - x1 * si;
+                    v[i + half] = x0 * si + x1 * co;
+                }
+            } else {
+                for (int i = 0; i < n_rot; i += 2) {
+                    float x0 = v[i], x1 = v[i + 1];
+                    float co = c[i], si = c[i + 1];
+                    v[i] = x0 * co - x1 * si;
+                    v[i + 1] = x0 * si + x1 * co;
+                }
+            }
+        }
+    }
+}
+
+/* ---- activations --------------------------------------------------------- */
+
+void rp_silu_mul(float *gate, const float *up, int n) {
+    for (int i = 0; i < n; i++) {
+        float g = gate[i];
+        gate[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void rp_gelu_tanh_mul(float *gate, const float *up, int n) {
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    for (int i = 0; i < n; i++) {
+        float x = gate[i];
+        gate[i] = 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x))) * up[i];
+    }
+}
+
+void rp_gelu_erf_mul(float *gate, const float *up, int n) {
+    for (int i = 0; i < n; i++) {
+        float x = gate[i];
+        gate[i] = 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)) * up[i];
+    }
+}
+
+void rp_add(float *y, const float *x, int n) {
+    for (int i = 0; i < n; i++) y[i] += x[i];
+}
+
+void rp_scale(float *y, float s, int n) {
+    for (int i = 0; i < n; i++) y[i] *= s;
+}
+
+void rp_softcap(float *x, float cap, int n) {
+    for (int i = 0; i < n; i++) x[i] = cap * tanhf(x[i] / cap);
+}
+
+void rp_softmax(float *x, int n) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) mx = fmaxf(mx, x[i]);
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+/* ---- attention ----------------------------------------------------------- */
+
+size_t rp_attention_scratch(int n_ctx, int n_head, int n_head_kv) {
+    int group = n_head / (n_head_kv > 0 ? n_head_kv : 1);
+    return (size_t)group * (size_t)(n_ctx + 16);
+}
+
+void rp_kv_write(const rp_kv_view *kv, int n_head_kv, int head_dim_k, int head_dim_v, int pos,
+                 const float *k, const float *v) {
+    const rp_kernels *kn = rp_kern();
+    int cell = pos % kv->cap;
+    for (int h = 0; h < n_head_kv; h++) {
+        size_t ok = ((size_t)h * (size_t)kv->cap + (size_t)cell) * (size_t)head_dim_k;
+        size_t ov = ((size_t)h * (size_t)kv->cap + (size_t)cell) * (size_t)head_dim_v;
+        if (kv->type_k == RP_TYPE_F16)
+            kn->f32_to_f16(k + (size_t)h * head_dim_k, (uint16_t *)kv->k + ok, head_dim_k);
+        else
+            memcpy((float *)kv->k + ok, k + (size_t)h * head_dim_k, (size_t)head_dim_k * sizeof(float));
+        if (kv->type_v == RP_TYPE_F16)
+            kn->f32_to_f16(v + (size_t)h * head_dim_v, (uint16_t *)kv->v + ov, head_dim_v);
+        else
+            memcpy((float *)kv->v + ov, v + (size_t)h * head_dim_v, (size_t)head_dim_v * sizeof(float));
+    }
+}
+
+typedef struct attn_job {
+    const rp_attn_args *a;
+    float *scratch;
+    size_t per_thread;
+} attn_job;
+
+static void attn_task(void *arg, int ith, int nth) {
+    const attn_job *j = arg;
+    const rp_attn_args *a = j->a;
+    const rp_kernels *kn = rp_kern();
+    const int group = a->n_head / a->n_head_kv;
+    const int dk = a->head_dim_k, dv = a->head_dim_v;
+    float *sc = j->scratch + (size_t)ith * j->per_thread;
+    const int n_tasks = a->n_tok * a->n_head_kv;
+    for (int task = ith; task < n_tasks; task += nth) {
+        const int t = task / a->n_head_kv, g = task % a->n_head_kv;
+        const rp_kv_view *kv = a->kv[t];
+        const int p = a->pos[t];
+        const int lo = a->window > 0 ? RP_MAX(0, p - a->window + 1) : 0;
+        const int n = p - lo + 1;
+        RP_ASSERT(n <= kv->cap);
+        const size_t head_k = (size_t)g * (size_t)kv->cap * (size_t)dk;
+        const size_t head_v = (size_t)g * (size_t)kv->cap * (size_t)dv;
+        for (int hh = 0; hh < group; hh++) {
+            const int h = g * group + hh;
+            const float *q = a->q + (size_t)t * (size_t)a->q_stride + (size_t)h * (size_t)dk;
+            float *s = sc + (size_t)hh * (size_t)(j->per_thread / (size_t)group);
+            for (int i = 0; i < n; i++) {
+                int cell = (lo + i) % kv->cap;
+                float d = kv->type_k == RP_TYPE_F16
+                              ? kn->dot_f16_f32(dk, (const uint16_t *)kv->k + head_k + (size_t)cell * dk, q)
+                              : kn->dot_f32(dk, (const float *)kv->k + head_k + (size_t)cell * dk, q);
+                d *= a->scale;
+                if (a->softcap > 0) d = a->softcap * tanhf(d / a->softcap);
+                s[i] = d;
+            }
+            rp_softmax(s, n);
+            float *o = a->out + (size_t)t * (size_t)a->out_stride + (size_t)h * (size_t)dv;
+            memset(o, 0, (size_t)dv * sizeof(float));
+            for (int i = 0; i < n; i++) {
+                int cell = (lo + i) % kv->cap;
+                if (kv->type_v == RP_TYPE_F16)
+                    kn->axpy_f16(dv, s[i], (const uint16_t *)kv->v + head_v + (size_t)cell * dv, o);
+                else
+                    kn->axpy_f32(dv, s[i], (const float *)kv->v + head_v + (size_t)cell * dv, o);
+            }
+        }
+    }
+}
+
+void rp_attention(rp_compute *cc, const rp_attn_args *a, float *scratch, size_t per_thread) {
+    attn_job j = {a, scratch, per_thread};
+    rp_pool_run(cc->pool, attn_task, &j);
+}

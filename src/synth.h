@@ -1,0 +1,46 @@
+/* Deterministic random-weight models for tests, benchmarks and the demo.
+ * The architecture-specific part (which tensors, which keys) is each
+ * architecture's synth callback; this module provides the mechanism. */
+#ifndef RP_SYNTH_H
+#define RP_SYNTH_H
+
+#include "gguf.h"
+#include "reprise.h"
+
+typedef struct rp_synth_params {
+    const char *arch;
+    int n_embd, n_layer, n_head, n_head_kv, n_ff;
+    int head_dim;     /* 0 = n_embd / n_head */
+    int n_vocab;      /* used without a vocab file (built-in byte vocabulary) */
+    int n_ctx;        /* context_length key */
+    int type;         /* rp_type of 2-D weights */
+    bool tied;        /* no output.weight: the embedding is the output matrix */
+    uint64_t seed;
+    const char *vocab_path; /* copy tokenizer.* keys from this GGUF */
+    float rope_base;  /* 0 = architecture default */
+    int window;       /* sliding window (architectures that have one), 0 = default */
+} rp_synth_params;
+
+rp_synth_params rp_synth_default_params(void);
+
+typedef struct rp_synth rp_synth;
+
+/* For architecture callbacks: add a random 2-D weight [ne0 x ne1] in the
+ * chosen type (scaled by 1/sqrt(ne0)), or, with ne1 == 0, a 1-D F32 norm
+ * weight (values near 1) or bias (near 0, when bias is true). */
+rp_status rp_synth_weight(rp_synth *s, int64_t ne0, int64_t ne1, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+rp_status rp_synth_norm(rp_synth *s, int64_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+rp_status rp_synth_bias(rp_synth *s, int64_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A tensor of explicit F32 values (copied). */
+rp_status rp_synth_values(rp_synth *s, const float *v, int64_t ne0, int64_t ne1, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+rp_gguf_writer *rp_synth_writer(rp_synth *s);
+/* Standard transformer keys: block_count, embedding_length, feed_forward_length,
+ * head counts, key/value length, rope, eps, context_length. */
+rp_status rp_synth_transformer_keys(rp_synth *s, const rp_synth_params *p, float rope_base, float eps);
+
+/* Writes the model atomically. */
+rp_status rp_synth_write(const rp_synth_params *p, const char *path, rp_progress_fn progress, void *user);
+
+#endif

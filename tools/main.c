@@ -1,0 +1,51 @@
+/* reprise: one binary, one subcommand per tool. */
+#include "tools.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *summary;
+} command;
+
+static const command g_commands[] = {
+    {"run", cmd_run, "generate text from a prompt"},
+    {"tokenize", cmd_tokenize, "print the token ids of a text"},
+    {"inspect", cmd_inspect, "show a GGUF file's header, metadata and tensors"},
+    {"synth", cmd_synth, "write a deterministic random-weight model"},
+    {"merge", cmd_merge, "write a plan as a physically merged GGUF file"},
+    {"demo", cmd_demo, "the `make run` job: a short generation on the built-in demo model"},
+    {"gguf-copy", cmd_gguf_copy, "re-write a GGUF file through reprise's reader and writer"},
+};
+
+static void usage(FILE *fp) {
+    fprintf(fp, "reprise %s: GGUF inference where the layers a model runs are a plan over weights "
+                "stored once\n\nusage: reprise COMMAND [options]   (reprise COMMAND --help)\n\n"
+                "commands:\n",
+            RP_VERSION);
+    for (size_t i = 0; i < sizeof g_commands / sizeof g_commands[0]; i++)
+        fprintf(fp, "  %-12s %s\n", g_commands[i].name, g_commands[i].summary);
+}
+
+int main(int argc, char **argv) {
+    tool_log_init();
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("reprise %s\n", RP_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof g_commands / sizeof g_commands[0]; i++)
+        if (!strcmp(argv[1], g_commands[i].name)) return g_commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "reprise: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
