@@ -63,6 +63,15 @@ $(LIB): $(LIB_OBJ)
 $(BIN): $(TOOL_OBJ) $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $(TOOL_OBJ) $(LIB) $(LDLIBS)
 
+# The list of unit tests is every `void test_NAME(void)` defined in tests/unit,
+# in file order: adding a test is writing the function.
+$(BUILD)/tests/list.h: $(TEST_SRC)
+	@mkdir -p $(dir $@)
+	@sed -n 's/^void test_\([A-Za-z0-9_]*\)(void) {.*/T(\1)/p' $(TEST_SRC) > $@.tmp && mv $@.tmp $@
+
+$(TEST_OBJ): CPPFLAGS += -I$(BUILD)/tests
+$(TEST_OBJ): $(BUILD)/tests/list.h
+
 $(TESTBIN): $(TEST_OBJ) $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(LIB) $(LDLIBS)
 

@@ -33,7 +33,7 @@ for tree in "$@"; do
 done
 
 for tree in "$@"; do
-    for t in tests/cli/*.sh; do
+    for t in tests/cli/[!_]*.sh; do
         [ -e "$t" ] || continue
         echo "== $t ($tree)"
         log="$tmp/cli-$(basename "$tree")-$(basename "$t").log"

@@ -1,5 +1,5 @@
 # CLI basics: run, tokenize, inspect, synth, plans, errors.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/_lib.sh"
 M="$S/models/stories260K.gguf"
 
 # greedy run reproduces llama.cpp's continuation text (stdout only the continuation)
