@@ -1,2 +1,0 @@
-#include "tools.h"
-int cmd_merge(int argc, char **argv){(void)argc;(void)argv;return 1;}
