@@ -49,7 +49,7 @@ LIB      := $(BUILD)/libreprise.a
 BIN      := $(BUILD)/reprise
 TESTBIN  := $(BUILD)/test-unit
 
-.PHONY: all run test san fuzz format format-check bench setup clean unit
+.PHONY: all run test san fuzz format format-check bench setup clean unit FORCE
 all: $(LIB) $(BIN) $(TESTBIN)
 
 $(BUILD)/%.o: %.c
@@ -65,9 +65,13 @@ $(BIN): $(TOOL_OBJ) $(LIB)
 
 # The list of unit tests is every `void test_NAME(void)` defined in tests/unit,
 # in file order: adding a test is writing the function.
-$(BUILD)/tests/list.h: $(TEST_SRC)
+# (Regenerated on every build, replaced only when it changes, so deleting a
+# test file also drops its tests.)
+$(BUILD)/tests/list.h: FORCE
 	@mkdir -p $(dir $@)
-	@sed -n 's/^void test_\([A-Za-z0-9_]*\)(void) {.*/T(\1)/p' $(TEST_SRC) > $@.tmp && mv $@.tmp $@
+	@sed -n 's/^void test_\([A-Za-z0-9_]*\)(void) {.*/T(\1)/p' $(TEST_SRC) > $@.tmp
+	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
+FORCE:
 
 $(TEST_OBJ): CPPFLAGS += -I$(BUILD)/tests
 $(TEST_OBJ): $(BUILD)/tests/list.h

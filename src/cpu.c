@@ -1,17 +1,36 @@
 #include "cpu.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
+#if defined(__x86_64__)
+static uint64_t xgetbv0(void) {
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+#endif
+
+/* cpuid bits, plus XCR0 so the OS saves the vector state we would use. */
 rp_isa rp_cpu_isa_max(void) {
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
-    bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                  __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi");
-    return avx512 ? RP_ISA_AVX512 : avx2 ? RP_ISA_AVX2 : RP_ISA_SCALAR;
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return RP_ISA_SCALAR;
+    bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
+    if (!osxsave || !avx) return RP_ISA_SCALAR;
+    uint64_t xcr0 = xgetbv0();
+    bool ymm = (xcr0 & 0x6) == 0x6, zmm = (xcr0 & 0xe6) == 0xe6;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return RP_ISA_SCALAR;
+    bool avx2 = b & (1u << 5), bmi2 = b & (1u << 8);
+    bool avx512f = b & (1u << 16), avx512dq = b & (1u << 17), avx512bw = b & (1u << 30), avx512vl = b & (1u << 31);
+    bool avx512vbmi = c & (1u << 1), avx512vnni = c & (1u << 11);
+    if (!(ymm && avx2 && fma && f16c && bmi2)) return RP_ISA_SCALAR;
+    if (zmm && avx512f && avx512dq && avx512bw && avx512vl && avx512vbmi && avx512vnni) return RP_ISA_AVX512;
+    return RP_ISA_AVX2;
 #else
     return RP_ISA_SCALAR;
 #endif
