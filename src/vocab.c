@@ -252,6 +252,7 @@ rp_status rp_vocab_load(const rp_gguf *g, rp_vocab **out) {
             v->len[i] > 0)
             v->specials[v->n_specials++] = i;
     qsort_r(v->specials, (size_t)v->n_specials, sizeof *v->specials, cmp_special, v);
+    for (int32_t k = 0; k < v->n_specials; k++) v->special_first[(uint8_t)v->text[v->specials[k]][0]] = true;
 
     if (v->type == RP_VOCAB_SPM) {
         for (int c = 0; c < 256; c++) {
@@ -460,6 +461,10 @@ rp_status rp_tokenize(const rp_vocab *v, const char *text, size_t len, bool add_
     size_t i = 0, frag = 0;
     while (i <= len) {
         int32_t hit = -1;
+        if (i < len && !v->special_first[(uint8_t)text[i]]) {
+            i++;
+            continue;
+        }
         if (i < len)
             for (int32_t k = 0; k < v->n_specials; k++) {
                 int32_t id = v->specials[k];

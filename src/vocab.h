@@ -49,6 +49,7 @@ struct rp_vocab {
     bool *eog;              /* [n_tokens] ends generation */
     int32_t *specials;      /* ids of control / user-defined tokens, longest text first */
     int32_t n_specials;
+    bool special_first[256]; /* some special token starts with this byte */
     int32_t byte_tok[256];  /* SPM <0xNN> tokens (-1 if absent) */
     struct rp_bpe *bpe;     /* BPE state (merges, pre-tokenizer), NULL for SPM */
     char *arena;            /* token texts */
