@@ -11,7 +11,7 @@
 #include <stddef.h>
 
 typedef struct rp_chat_msg {
-    const char *role;    /* "system", "user", "assistant" */
+    const char *role; /* "system", "user", "assistant" */
     const char *content;
 } rp_chat_msg;
 
@@ -24,5 +24,30 @@ rp_status rp_chat_apply(const rp_model *m, const char *name, const rp_chat_msg *
 
 /* Comma-separated names accepted by rp_chat_apply, for --help. */
 const char *rp_chat_names(void);
+
+/* ---- finer control (tests, tools) ---------------------------------------- */
+
+typedef struct rp_chat_opts {
+    const char *name;          /* family; NULL = detect from template */
+    const char *template_text; /* Jinja text the family and its variant are read from (may be NULL
+                                  with name) */
+    const char *bos, *eos;     /* bos_token / eos_token texts ("" if the model has none) */
+    bool add_assistant;        /* add_generation_prompt */
+    int enable_thinking;       /* Qwen3: -1 = template default (thinking on), 0 = off (empty
+                                  <think></think>), 1 = on */
+} rp_chat_opts;
+
+/* The family a template text belongs to, or NULL if none is recognised. */
+const char *rp_chat_detect(const char *template_text);
+
+/* Renders msgs as o says. Errors: unknown family or template, a conversation
+ * the template refuses (roles not alternating, a system message the template
+ * has no place for), an unknown role. */
+rp_status rp_chat_render(const rp_chat_opts *o, const rp_chat_msg *msgs, size_t n, char **out);
+
+/* rp_chat_apply with options: o->template_text, bos and eos, when NULL, come
+ * from the model. */
+rp_status rp_chat_apply_opts(const rp_model *m, const rp_chat_opts *o, const rp_chat_msg *msgs,
+                             size_t n, char **out);
 
 #endif
