@@ -12,6 +12,7 @@ typedef struct command {
 
 static const command g_commands[] = {
     {"run", cmd_run, "generate text from a prompt"},
+    {"chat", cmd_chat, "talk with a model through its chat template"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"inspect", cmd_inspect, "show a GGUF file's header, metadata and tensors"},
     {"synth", cmd_synth, "write a deterministic random-weight model"},

@@ -1,0 +1,444 @@
+/* reprise chat: a conversation with a model through its chat template.
+ *
+ * On a terminal: line editing and history (libedit), the answer streamed as
+ * it is sampled, Ctrl-C stops the answer (not the program), /reset starts
+ * over, Ctrl-D or /quit leaves. With stdin not a terminal: one user turn per
+ * line, answers on stdout, one per turn.
+ *
+ * The KV cache holds the conversation so far. Each turn renders the whole
+ * conversation with the template; when the text already decoded is a prefix
+ * of it (the usual case), only the rest is tokenized and decoded. When the
+ * template rewrites history (Qwen3 drops the reasoning of earlier answers),
+ * the cache is cut back to the first token that differs and decoding resumes
+ * from there, so the model always sees exactly what the template says. */
+#include "chat.h"
+#include "tools.h"
+#include "util.h"
+
+#include <editline/readline.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t g_interrupt;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    g_interrupt = 1;
+}
+
+typedef struct msg_list {
+    rp_chat_msg *v;
+    size_t n, cap;
+} msg_list;
+
+static bool msg_push(msg_list *l, const char *role, const char *content, size_t len) {
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        rp_chat_msg *p = realloc(l->v, cap * sizeof *p);
+        if (!p) return false;
+        l->v = p;
+        l->cap = cap;
+    }
+    char *r = strdup(role), *c = malloc(len + 1);
+    if (!r || !c) {
+        free(r);
+        free(c);
+        return false;
+    }
+    memcpy(c, content, len);
+    c[len] = 0;
+    l->v[l->n++] = (rp_chat_msg){r, c};
+    return true;
+}
+
+static void msg_pop(msg_list *l) {
+    if (!l->n) return;
+    l->n--;
+    free((char *)l->v[l->n].role);
+    free((char *)l->v[l->n].content);
+}
+
+typedef struct chat_state {
+    const char *cmd;
+    rp_model *model;
+    rp_context *ctx;
+    const rp_vocab *vocab;
+    rp_sampler *smp;
+    rp_chat_opts copts;
+    msg_list hist;
+    /* what the KV cache holds: its text (rendered prompt pieces and answers)
+     * and its tokens */
+    char *fed;
+    size_t fed_len, fed_cap;
+    int32_t *toks;
+    size_t n_toks, cap_toks;
+    int last_row; /* row of the last decode whose logits are the next token's */
+    int n_predict;
+    bool stats;
+} chat_state;
+
+static bool fed_append(chat_state *s, const char *p, size_t n) {
+    if (s->fed_len + n + 1 > s->fed_cap) {
+        size_t cap = (s->fed_len + n + 1) * 2;
+        char *q = realloc(s->fed, cap);
+        if (!q) return false;
+        s->fed = q;
+        s->fed_cap = cap;
+    }
+    memcpy(s->fed + s->fed_len, p, n);
+    s->fed_len += n;
+    s->fed[s->fed_len] = 0;
+    return true;
+}
+
+static bool toks_append(chat_state *s, const int32_t *t, size_t n) {
+    if (s->n_toks + n > s->cap_toks) {
+        size_t cap = (s->n_toks + n) * 2 + 64;
+        int32_t *q = realloc(s->toks, cap * sizeof *q);
+        if (!q) return false;
+        s->toks = q;
+        s->cap_toks = cap;
+    }
+    memcpy(s->toks + s->n_toks, t, n * sizeof *t);
+    s->n_toks += n;
+    return true;
+}
+
+static void reset(chat_state *s, bool keep_system) {
+    size_t keep = keep_system && s->hist.n && !strcmp(s->hist.v[0].role, "system") ? 1 : 0;
+    while (s->hist.n > keep) msg_pop(&s->hist);
+    rp_kv_clear(s->ctx);
+    rp_sampler_reset(s->smp);
+    s->fed_len = 0;
+    if (s->fed) s->fed[0] = 0;
+    s->n_toks = 0;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Decodes toks[from..n_toks) (the cache holds toks[0..from)). */
+static bool decode_from(chat_state *s, size_t from) {
+    if (from >= s->n_toks) return true;
+    rp_batch b = {.n_tokens = (int32_t)(s->n_toks - from), .token = s->toks + from};
+    rp_status st = rp_decode(s->ctx, &b);
+    if (st) {
+        tool_fail(s->cmd, st);
+        return false;
+    }
+    for (size_t i = from; i < s->n_toks; i++) rp_sampler_accept(s->smp, s->toks[i]);
+    s->last_row = b.n_tokens - 1;
+    return true;
+}
+
+/* Brings the cache up to the rendered conversation `full`. Returns false on
+ * an error (already reported); *n_new and *n_reused describe the work. */
+static bool feed(chat_state *s, const char *full, size_t *n_new, size_t *n_reused) {
+    size_t len = strlen(full);
+    int32_t *t = NULL;
+    size_t n = 0;
+    rp_status st;
+    const char *bos =
+        rp_vocab_bos(s->vocab) >= 0 ? rp_vocab_text(s->vocab, rp_vocab_bos(s->vocab)) : NULL;
+    bool text_has_bos = bos && *bos && !strncmp(full, bos, strlen(bos));
+    if (s->fed_len <= len && !memcmp(s->fed, full, s->fed_len) &&
+        (s->n_toks > 0 || s->fed_len == 0)) {
+        /* the cache's text is a prefix: tokenize and decode only the rest */
+        const char *delta = full + s->fed_len;
+        bool first = s->n_toks == 0;
+        st = rp_tokenize(s->vocab, delta, len - s->fed_len, first && !text_has_bos, true, &t, &n);
+        if (st) return tool_fail(s->cmd, st), false;
+        size_t from = s->n_toks;
+        if (from + n > rp_context_n_ctx(s->ctx)) {
+            tool_error(
+                s->cmd,
+                "the conversation needs %zu positions, the context has %u: /reset to start over or "
+                "raise -c",
+                from + n, rp_context_n_ctx(s->ctx));
+            free(t);
+            return false;
+        }
+        bool ok = toks_append(s, t, n) && fed_append(s, delta, len - s->fed_len);
+        free(t);
+        if (!ok) return tool_fail(s->cmd, RP_ERR_NOMEM), false;
+        *n_new = n;
+        *n_reused = from;
+        if (n == 0) { /* nothing new: re-decode the last token for fresh logits */
+            if (from == 0) return tool_error(s->cmd, "the rendered conversation is empty"), false;
+            if ((st = rp_kv_seq_truncate(s->ctx, 0, (int)from - 1)))
+                return tool_fail(s->cmd, st), false;
+            return decode_from(s, from - 1);
+        }
+        return decode_from(s, from);
+    }
+    /* the template rewrote history: keep the longest common token prefix */
+    st = rp_tokenize(s->vocab, full, len, !text_has_bos, true, &t, &n);
+    if (st) return tool_fail(s->cmd, st), false;
+    if (n > rp_context_n_ctx(s->ctx)) {
+        tool_error(s->cmd,
+                   "the conversation needs %zu positions, the context has %u: /reset to start over "
+                   "or raise -c",
+                   n, rp_context_n_ctx(s->ctx));
+        free(t);
+        return false;
+    }
+    size_t k = 0;
+    while (k < n && k < s->n_toks && t[k] == s->toks[k]) k++;
+    if (k == n && k > 0) k--; /* always decode at least the last token */
+    if ((st = rp_kv_seq_truncate(s->ctx, 0, (int)k))) {
+        free(t);
+        return tool_fail(s->cmd, st), false;
+    }
+    s->n_toks = k;
+    s->fed_len = 0;
+    bool ok = toks_append(s, t + k, n - k) && fed_append(s, full, len);
+    free(t);
+    if (!ok) return tool_fail(s->cmd, RP_ERR_NOMEM), false;
+    /* the sampler's penalty window follows the cache */
+    rp_sampler_reset(s->smp);
+    for (size_t i = 0; i < k; i++) rp_sampler_accept(s->smp, s->toks[i]);
+    *n_new = n - k;
+    *n_reused = k;
+    return decode_from(s, k);
+}
+
+/* Samples an answer, streaming it to stdout; its tokens (and the
+ * end-of-turn token that closes it) join the cache. */
+static bool answer(chat_state *s, rp_buf *text, int *n_gen, const char **why) {
+    char piece[512];
+    *n_gen = 0;
+    *why = "end of turn";
+    const uint32_t n_ctx = rp_context_n_ctx(s->ctx);
+    for (;;) {
+        if (g_interrupt) {
+            *why = "interrupted";
+            break;
+        }
+        if (s->n_predict >= 0 && *n_gen >= s->n_predict) {
+            *why = "token limit";
+            break;
+        }
+        if (s->n_toks >= n_ctx) {
+            *why = "context full";
+            break;
+        }
+        int32_t tok = rp_sampler_sample(s->smp, rp_get_logits(s->ctx, s->last_row));
+        bool eog = rp_vocab_is_eog(s->vocab, tok);
+        int k = rp_token_to_piece(s->vocab, tok, eog, piece, sizeof piece);
+        if (k > (int)sizeof piece - 1) k = (int)sizeof piece - 1;
+        /* the cache's text follows the tokens, the end-of-turn token included */
+        if (!toks_append(s, &tok, 1) || !fed_append(s, piece, (size_t)k))
+            return tool_fail(s->cmd, RP_ERR_NOMEM), false;
+        if (!decode_from(s, s->n_toks - 1)) return false;
+        if (eog) break;
+        rp_buf_append(text, piece, (size_t)k);
+        fwrite(piece, 1, (size_t)k, stdout);
+        fflush(stdout);
+        (*n_gen)++;
+    }
+    return true;
+}
+
+/* One user turn: render, feed, answer. */
+static bool turn(chat_state *s, const char *line, size_t len, int index) {
+    if (!msg_push(&s->hist, "user", line, len)) return tool_fail(s->cmd, RP_ERR_NOMEM), false;
+    s->copts.add_assistant = true;
+    char *full = NULL;
+    rp_status st = rp_chat_apply_opts(s->model, &s->copts, s->hist.v, s->hist.n, &full);
+    if (st) {
+        msg_pop(&s->hist);
+        return tool_fail(s->cmd, st), false;
+    }
+    double t0 = now_s();
+    size_t n_new = 0, n_reused = 0;
+    size_t saved_toks = s->n_toks;
+    bool ok = feed(s, full, &n_new, &n_reused);
+    free(full);
+    if (!ok) {
+        msg_pop(&s->hist);
+        /* the cache may be half-fed: start the next turn from a clean prefix */
+        if (s->n_toks != saved_toks) reset(s, true);
+        return false;
+    }
+    double t1 = now_s();
+    rp_buf text = {0};
+    int n_gen = 0;
+    const char *why = "";
+    g_interrupt = 0;
+    ok = answer(s, &text, &n_gen, &why);
+    double t2 = now_s();
+    fputc('\n', stdout);
+    fflush(stdout);
+    if (!msg_push(&s->hist, "assistant", text.data ? text.data : "", text.len)) ok = false;
+    rp_buf_free(&text);
+    if (!strcmp(why, "interrupted")) fprintf(stderr, "[answer stopped]\n");
+    if (!strcmp(why, "context full"))
+        fprintf(stderr, "[context full (%u positions): /reset to start over or raise -c]\n",
+                rp_context_n_ctx(s->ctx));
+    if (s->stats)
+        fprintf(stderr,
+                "[turn %d: prompt %zu new tokens (%zu reused from the cache) in %.0f ms; answer %d "
+                "tokens in %.0f "
+                "ms (%.1f t/s), %s; cache %zu/%u]\n",
+                index, n_new, n_reused, (t1 - t0) * 1e3, n_gen, (t2 - t1) * 1e3,
+                n_gen / (t2 - t1 > 0 ? t2 - t1 : 1e-9), why, s->n_toks, rp_context_n_ctx(s->ctx));
+    return ok;
+}
+
+int cmd_chat(int argc, char **argv) {
+    const char *cmd = "chat";
+    model_opts mo;
+    model_opts_init(&mo);
+    rp_sampler_params sp = rp_sampler_default_params();
+    const char *system = NULL, *tmpl_name = NULL;
+    int n_predict = -1;
+    uint64_t seed = 0xFFFFFFFFu;
+    bool no_think = false, stats = false;
+    const arg_opt opts[] = {
+        {"--system", ARG_STR, &system, "TEXT", "system message"},
+        {"--chat-template", ARG_STR, &tmpl_name, "NAME",
+         "template family instead of the model's own (see below)"},
+        {"--no-think", ARG_FLAG, &no_think, NULL,
+         "Qwen3: answer without reasoning (enable_thinking = false)"},
+        {"-n|--n-predict", ARG_INT, &n_predict, "N",
+         "most tokens per answer (-1 = until end of turn)"},
+        {"-s|--seed", ARG_U64, &seed, "N", "sampling seed (default 4294967295)"},
+        {"--temp", ARG_FLOAT, &sp.temp, "T", "temperature (0 = greedy; default 0.8)"},
+        {"--top-k", ARG_INT, &sp.top_k, "K", "top-k (0 = off; default 40)"},
+        {"--top-p", ARG_FLOAT, &sp.top_p, "P", "top-p (1 = off; default 0.95)"},
+        {"--min-p", ARG_FLOAT, &sp.min_p, "P", "min-p (0 = off; default 0.05)"},
+        {"--repeat-penalty", ARG_FLOAT, &sp.repeat_penalty, "F", "repetition penalty (1 = off)"},
+        {"--stats", ARG_FLAG, &stats, NULL,
+         "after each answer, tokens decoded, reused and generated (stderr)"},
+        {0},
+    };
+    const arg_opt *tables[] = {opts, model_opts_table(&mo), NULL};
+    arg_spec spec = {cmd,
+                     "reprise chat -m MODEL [--system TEXT] [options]",
+                     "A conversation through the model's chat template. On a terminal: line "
+                     "editing, the answer\n"
+                     "streamed, Ctrl-C stops the answer, /reset starts over, /quit or Ctrl-D "
+                     "leaves. With stdin\n"
+                     "not a terminal: one user turn per line, one answer per turn on stdout.",
+                     tables,
+                     NULL,
+                     0,
+                     NULL};
+    bool help;
+    if (!args_parse(&spec, argc, argv, &help)) {
+        if (help) printf("\nchat templates: %s\n\n%s\n", rp_chat_names(), g_plan_help);
+        return help ? 0 : 2;
+    }
+    sp.seed = seed;
+    if (sp.temp < 0) sp.temp = 0;
+    if (sp.top_p <= 0 || sp.top_p > 1 || sp.min_p < 0 || sp.min_p > 1 || sp.repeat_penalty <= 0) {
+        tool_error(
+            cmd,
+            "sampling values out of range (top-p in (0,1], min-p in [0,1], repeat-penalty > 0)");
+        return 2;
+    }
+    rp_model *model;
+    rp_context *ctx;
+    int code;
+    if (!tool_load(cmd, &mo, 1, &model, &ctx, &code)) return code;
+    chat_state s = {.cmd = cmd,
+                    .model = model,
+                    .ctx = ctx,
+                    .vocab = rp_model_vocab(model),
+                    .n_predict = n_predict,
+                    .stats = stats};
+    s.copts = (rp_chat_opts){.name = tmpl_name, .enable_thinking = no_think ? 0 : -1};
+    int ret = 1;
+    s.smp = rp_sampler_new(&sp, rp_n_vocab(ctx));
+    if (!s.smp) {
+        tool_fail(cmd, RP_ERR_NOMEM);
+        goto out;
+    }
+    if (system && !msg_push(&s.hist, "system", system, strlen(system))) goto out;
+    /* refuse a template we cannot render before the first question */
+    {
+        rp_chat_msg probe[2] = {{"system", system ? system : ""}, {"user", "hi"}};
+        char *t = NULL;
+        s.copts.add_assistant = true;
+        rp_status st =
+            rp_chat_apply_opts(model, &s.copts, system ? probe : probe + 1, system ? 2 : 1, &t);
+        free(t);
+        if (st) {
+            tool_fail(cmd, st);
+            goto out;
+        }
+    }
+    const bool tty = isatty(0);
+    if (tty) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_sigint;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, NULL);
+        if (g_verbosity > 0)
+            fprintf(stderr,
+                    "chat: /reset starts over, /quit (or Ctrl-D) leaves, Ctrl-C stops an answer\n");
+    }
+    int index = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    for (;;) {
+        char *l;
+        if (tty) {
+            g_interrupt = 0;
+            l = readline("> ");
+            if (!l) {
+                if (g_interrupt) { /* Ctrl-C at the prompt: drop the line, a fresh prompt */
+                    fputc('\n', stdout);
+                    continue;
+                }
+                fputc('\n', stdout);
+                break;
+            }
+        } else {
+            ssize_t k = getline(&line, &cap, stdin);
+            if (k < 0) break;
+            l = line;
+        }
+        size_t len = strlen(l);
+        while (len && (l[len - 1] == '\n' || l[len - 1] == '\r')) l[--len] = 0;
+        bool owned = tty;
+        if (len == 0) {
+            if (owned) free(l);
+            continue;
+        }
+        if (tty) add_history(l);
+        if (!strcmp(l, "/quit") || !strcmp(l, "/exit")) {
+            if (owned) free(l);
+            break;
+        }
+        if (!strcmp(l, "/reset")) {
+            reset(&s, true);
+            fprintf(stderr, "[conversation reset]\n");
+            if (owned) free(l);
+            continue;
+        }
+        bool ok = turn(&s, l, len, ++index);
+        if (owned) free(l);
+        if (!ok && !tty) goto out_line; /* a script gets a failing exit status */
+    }
+    ret = 0;
+out_line:
+    free(line);
+out:
+    while (s.hist.n) msg_pop(&s.hist);
+    free(s.hist.v);
+    free(s.fed);
+    free(s.toks);
+    rp_sampler_free(s.smp);
+    rp_context_free(ctx);
+    rp_model_free(model);
+    return ret;
+}
