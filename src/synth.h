@@ -19,6 +19,14 @@ typedef struct rp_synth_params {
     const char *vocab_path; /* copy tokenizer.* keys from this GGUF */
     float rope_base;  /* 0 = architecture default */
     int window;       /* sliding window (architectures that have one), 0 = default */
+    /* recurrent / hybrid shapes (qwen35 ...); 0 = the architecture's default */
+    int ssm_conv;      /* conv kernel width */
+    int ssm_state;     /* recurrent state size (width of each recurrent head) */
+    int ssm_groups;    /* recurrent key heads */
+    int ssm_heads;     /* recurrent value heads */
+    int attn_interval; /* every n-th layer is full attention */
+    int n_nextn;       /* NextN/MTP layers after the n_layer trunk layers; -1 = none */
+    int n_rot;         /* rotary dimensions per head */
 } rp_synth_params;
 
 rp_synth_params rp_synth_default_params(void);

@@ -6,11 +6,13 @@
 #include <string.h>
 
 extern const rp_arch rp_arch_llama, rp_arch_qwen2, rp_arch_qwen3;
+extern const rp_arch rp_arch_qwen35;
 
 static const rp_arch *const g_archs[] = {
     &rp_arch_llama,
     &rp_arch_qwen2,
     &rp_arch_qwen3,
+    &rp_arch_qwen35,
 };
 
 const rp_arch *rp_arch_find(const char *name) {

@@ -1,0 +1,128 @@
+#include "ops_delta.h"
+#include "kernels/kernels.h"
+#include "threads.h"
+#include "util.h"
+
+#include <math.h>
+#include <string.h>
+
+static inline float silu(float x) {
+    return x / (1.0f + expf(-x));
+}
+
+/* ---- causal conv1d + SiLU ------------------------------------------------ */
+
+typedef struct conv_job {
+    float *x;
+    int n_tok, stride, channels, k;
+    const float *w;
+    float *const *st;
+} conv_job;
+
+/* Channels are independent: each thread owns a channel range and scans every
+ * token of the batch in order, so the rolling history stays per sequence. */
+static void conv_task(void *arg, int ith, int nth) {
+    const conv_job *j = arg;
+    long c0, c1;
+    rp_split_range(j->channels, ith, nth, 16, &c0, &c1);
+    const int k = j->k, ch = j->channels;
+    for (int t = 0; t < j->n_tok; t++) {
+        float *x = j->x + (size_t)t * (size_t)j->stride;
+        float *h = j->st[t]; /* [k-1][channels], oldest first */
+        for (long c = c0; c < c1; c++) {
+            const float *w = j->w + (size_t)c * (size_t)k;
+            const float xc = x[c];
+            float acc = 0.0f;
+            for (int i = 0; i < k - 1; i++) acc += w[i] * h[(size_t)i * (size_t)ch + (size_t)c];
+            acc += w[k - 1] * xc;
+            for (int i = 0; i + 1 < k - 1; i++)
+                h[(size_t)i * (size_t)ch + (size_t)c] = h[(size_t)(i + 1) * (size_t)ch + (size_t)c];
+            if (k > 1) h[(size_t)(k - 2) * (size_t)ch + (size_t)c] = xc;
+            x[c] = silu(acc);
+        }
+    }
+}
+
+void rp_conv1d_silu(rp_compute *cc, float *x, int n_tok, int stride, int channels, const float *w,
+                    int k, float *const *st) {
+    conv_job j = {x, n_tok, stride, channels, k, w, st};
+    rp_pool_run(cc->pool, conv_task, &j);
+}
+
+/* ---- norms and gates ----------------------------------------------------- */
+
+void rp_l2norm_heads(float *x, int head_dim, int n_head, int n_rows, int stride, float eps) {
+    for (int r = 0; r < n_rows; r++)
+        for (int h = 0; h < n_head; h++) {
+            float *v = x + (size_t)r * (size_t)stride + (size_t)h * (size_t)head_dim;
+            double ss = 0; /* double accumulation, as ggml does */
+            for (int i = 0; i < head_dim; i++) ss += (double)(v[i] * v[i]);
+            const float s = 1.0f / fmaxf(sqrtf((float)ss), eps);
+            for (int i = 0; i < head_dim; i++) v[i] *= s;
+        }
+}
+
+void rp_delta_gates(float *beta, float *alpha, const float *dt_bias, const float *a, int n_tok,
+                    int n_head) {
+    for (int t = 0; t < n_tok; t++)
+        for (int h = 0; h < n_head; h++) {
+            const size_t i = (size_t)t * (size_t)n_head + (size_t)h;
+            beta[i] = 1.0f / (1.0f + expf(-beta[i]));
+            const float z = alpha[i] + dt_bias[h];
+            const float sp = z > 20.0f ? z : logf(1.0f + expf(z)); /* softplus */
+            alpha[i] = sp * a[h];
+        }
+}
+
+void rp_rmsnorm_gated(float *o, const float *w, const float *z, int head_dim, int n_head,
+                      int n_rows, float eps) {
+    const size_t n = (size_t)n_head * (size_t)n_rows;
+    for (size_t r = 0; r < n; r++) {
+        float *v = o + r * (size_t)head_dim;
+        const float *zr = z + r * (size_t)head_dim;
+        double ss = 0;
+        for (int i = 0; i < head_dim; i++) ss += (double)(v[i] * v[i]);
+        const float s = 1.0f / sqrtf((float)(ss / head_dim) + eps);
+        for (int i = 0; i < head_dim; i++) v[i] = (v[i] * s) * w[i] * silu(zr[i]);
+    }
+}
+
+/* ---- the delta rule ------------------------------------------------------ */
+
+#define DELTA_MAX_D RP_DELTA_MAX_D
+
+static void delta_task(void *arg, int ith, int nth) {
+    const rp_delta_args *a = arg;
+    const rp_kernels *kn = rp_kern();
+    const int d = a->d, hv = a->n_head_v;
+    float delta[DELTA_MAX_D];
+    for (int h = ith; h < hv; h += nth) {
+        const int hk = h % a->n_head_k;
+        for (int t = 0; t < a->n_tok; t++) {
+            float *S = a->state[t] + (size_t)h * (size_t)d * (size_t)d;
+            const float *q = a->q + (size_t)t * (size_t)a->qk_stride + (size_t)hk * (size_t)d;
+            const float *k = a->k + (size_t)t * (size_t)a->qk_stride + (size_t)hk * (size_t)d;
+            const float *v = a->v + (size_t)t * (size_t)a->v_stride + (size_t)h * (size_t)d;
+            float *o = a->out + (size_t)t * (size_t)a->out_stride + (size_t)h * (size_t)d;
+            const float decay = expf(a->g[(size_t)t * (size_t)hv + (size_t)h]);
+            const float b = a->beta[(size_t)t * (size_t)hv + (size_t)h];
+            /* decay the state, then read what it predicts for k */
+            for (int j = 0; j < d; j++) {
+                float *row = S + (size_t)j * (size_t)d;
+                for (int i = 0; i < d; i++) row[i] *= decay;
+                delta[j] = (v[j] - kn->dot_f32(d, row, k)) * b;
+            }
+            /* write the correction along k, then read with q */
+            for (int j = 0; j < d; j++) {
+                float *row = S + (size_t)j * (size_t)d;
+                kn->axpy_f32(d, delta[j], k, row);
+                o[j] = kn->dot_f32(d, row, q) * a->scale;
+            }
+        }
+    }
+}
+
+void rp_gated_delta(rp_compute *cc, const rp_delta_args *a) {
+    RP_ASSERT(a->d >= 1 && a->d <= DELTA_MAX_D && a->n_head_k >= 1);
+    rp_pool_run_n(cc->pool, RP_MIN(rp_pool_size(cc->pool), a->n_head_v), delta_task, (void *)a);
+}
