@@ -148,8 +148,8 @@ static bool feed(chat_state *s, const char *full, size_t *n_new, size_t *n_reuse
     const char *bos =
         rp_vocab_bos(s->vocab) >= 0 ? rp_vocab_text(s->vocab, rp_vocab_bos(s->vocab)) : NULL;
     bool text_has_bos = bos && *bos && !strncmp(full, bos, strlen(bos));
-    if (s->fed_len <= len && !memcmp(s->fed, full, s->fed_len) &&
-        (s->n_toks > 0 || s->fed_len == 0)) {
+    if (s->fed_len == 0 ||
+        (s->fed_len <= len && !memcmp(s->fed, full, s->fed_len) && s->n_toks > 0)) {
         /* the cache's text is a prefix: tokenize and decode only the rest */
         const char *delta = full + s->fed_len;
         bool first = s->n_toks == 0;
