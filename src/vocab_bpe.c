@@ -448,7 +448,76 @@ typedef struct bpe_session {
     size_t n_heap, cap_heap;
     char *enc;
     size_t cap_enc;
+    /* pre-tokens already tokenized in this call (words repeat): open
+     * addressing over (hash, bytes) -> a run of tokens */
+    struct wc_entry *wc;
+    size_t wc_cap, wc_n;
+    char *wc_bytes;
+    size_t wb_n, wb_cap;
+    int32_t *wc_toks;
+    size_t wt_n, wt_cap;
 } bpe_session;
+
+typedef struct wc_entry {
+    uint64_t h;
+    uint32_t woff, wlen; /* wlen 0 = empty slot */
+    uint32_t toff, tn;
+} wc_entry;
+
+#define WC_MAX_WORD    64
+#define WC_MAX_ENTRIES (1u << 20)
+
+static bool grow_buf(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return true;
+    size_t c = *cap ? *cap : 1024;
+    while (c < need) c *= 2;
+    void *q = rp_realloc(*p, c * elem, "tokenizer cache");
+    if (!q) return false;
+    *p = q;
+    *cap = c;
+    return true;
+}
+
+static const wc_entry *wc_find(const bpe_session *s, uint64_t h, const char *w, size_t n) {
+    if (!s->wc) return NULL;
+    for (size_t i = h & (s->wc_cap - 1);; i = (i + 1) & (s->wc_cap - 1)) {
+        const wc_entry *e = &s->wc[i];
+        if (!e->wlen) return NULL;
+        if (e->h == h && e->wlen == n && !memcmp(s->wc_bytes + e->woff, w, n)) return e;
+    }
+}
+
+/* Remembers that w tokenizes to toks[0..tn); failure only costs speed. */
+static void wc_insert(bpe_session *s, uint64_t h, const char *w, size_t n, const int32_t *toks,
+                      size_t tn) {
+    if (s->wc_n >= WC_MAX_ENTRIES) return;
+    if ((s->wc_n + 1) * 2 > s->wc_cap) {
+        size_t cap = s->wc_cap ? s->wc_cap * 2 : 4096;
+        wc_entry *t = calloc(cap, sizeof *t);
+        if (!t) return;
+        for (size_t i = 0; i < s->wc_cap; i++)
+            if (s->wc[i].wlen) {
+                size_t j = s->wc[i].h & (cap - 1);
+                while (t[j].wlen) j = (j + 1) & (cap - 1);
+                t[j] = s->wc[i];
+            }
+        free(s->wc);
+        s->wc = t;
+        s->wc_cap = cap;
+    }
+    if (!grow_buf((void **)&s->wc_bytes, &s->wb_cap, s->wb_n + n, 1) ||
+        !grow_buf((void **)&s->wc_toks, &s->wt_cap, s->wt_n + tn, sizeof(int32_t)) ||
+        s->wb_n + n > UINT32_MAX || s->wt_n + tn > UINT32_MAX)
+        return;
+    size_t i = h & (s->wc_cap - 1);
+    while (s->wc[i].wlen) i = (i + 1) & (s->wc_cap - 1);
+    memcpy(s->wc_bytes + s->wb_n, w, n);
+    memcpy(s->wc_toks + s->wt_n, toks, tn * sizeof *toks);
+    s->wc[i] = (wc_entry){h, (uint32_t)s->wb_n, (uint32_t)n, (uint32_t)s->wt_n, (uint32_t)tn};
+    s->wb_n += n;
+    s->wt_n += tn;
+    s->wc_n++;
+}
 
 static bool pair_before(const bpe_pair *a, const bpe_pair *b) {
     return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
@@ -513,8 +582,26 @@ static bool emit(bpe_session *s, int32_t id) {
     return true;
 }
 
-/* One pre-token: bytes text[0..n) -> tokens. */
+static rp_status bpe_word_merge(bpe_session *s, const char *text, size_t n);
+
+/* One pre-token: bytes text[0..n) -> tokens, through the cache. */
 static rp_status bpe_word(bpe_session *s, const char *text, size_t n) {
+    if (n < 2 || n > WC_MAX_WORD) return bpe_word_merge(s, text, n);
+    uint64_t h = hash_str(text, n);
+    const wc_entry *e = wc_find(s, h, text, n);
+    if (e) {
+        for (uint32_t i = 0; i < e->tn; i++)
+            if (!rp_tokvec_push(s->out, s->wc_toks[e->toff + i])) return RP_ERR_NOMEM;
+        return RP_OK;
+    }
+    size_t before = s->out->n;
+    rp_status st = bpe_word_merge(s, text, n);
+    if (!st) wc_insert(s, h, text, n, s->out->v + before, s->out->n - before);
+    return st;
+}
+
+/* One pre-token by merging. */
+static rp_status bpe_word_merge(bpe_session *s, const char *text, size_t n) {
     const struct rp_bpe *b = s->b;
     if (n == 1) return emit(s, b->byte_sym[(uint8_t)text[0]]) ? RP_OK : RP_ERR_NOMEM;
     if (b->ignore_merges) {
@@ -613,6 +700,9 @@ rp_status rp_bpe_tokenize(const rp_vocab *v, const char *text, size_t len, rp_to
     free(s.sym);
     free(s.heap);
     free(s.enc);
+    free(s.wc);
+    free(s.wc_bytes);
+    free(s.wc_toks);
     return st;
 }
 
