@@ -113,5 +113,6 @@ int cmd_synth(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
 int cmd_gguf_copy(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

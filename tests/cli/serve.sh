@@ -1,0 +1,106 @@
+# reprise serve: real HTTP on loopback against stories260K. Each server is
+# started on a free port (--port 0; the port is read from the startup log) and
+# stopped by its pid. The checks themselves are in tests/py/.
+. "$(dirname "$0")/_lib.sh"
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+M="$S/models/stories260K.gguf"
+PYCHK="$ROOT/tests/py/serve_http.py"
+PIDS=()
+trap 'for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done; rm -rf "$T"' EXIT
+
+export BIN MODEL="$M" MODEL_ID="stories260K.gguf" GOLDEN_TOKENS="$(cat "$S/golden/stories260K/p1.tokens.txt")"
+ASAN=0
+if nm "$BIN" 2>/dev/null | grep -q __asan_init; then ASAN=1; fi
+
+# start_server NAME ARGS...: sets PORT and PID (the log is $T/NAME.err)
+start_server() {
+    local name=$1; shift
+    "$BIN" serve -m "$M" --port 0 -t 1 "$@" > "$T/$name.out" 2> "$T/$name.err" &
+    PID=$!
+    PIDS+=("$PID")
+    PORT=""
+    for _ in $(seq 1 300); do
+        PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$T/$name.err" | grep -o '[0-9]*$')
+        [ -n "$PORT" ] && return 0
+        kill -0 "$PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    fail "start_$name" "server did not start: $(tail -3 "$T/$name.err")"
+    return 1
+}
+
+# stop_server NAME: SIGTERM, then the exit status must be 0 within 30 s
+stop_server() {
+    local name=$1 rc
+    kill -TERM "$PID" 2>/dev/null
+    for _ in $(seq 1 300); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$PID" 2>/dev/null; then
+        kill -KILL "$PID"; wait "$PID" 2>/dev/null
+        fail "exit_$name" "still running 30 s after SIGTERM"; return
+    fi
+    wait "$PID"; rc=$?
+    if [ "$rc" -eq 0 ] && grep -q "^serve: stopped" "$T/$name.err"; then ok "exit_$name"
+    else fail "exit_$name" "exit $rc: $(grep -v '^serve: [A-Z/]' "$T/$name.err" | tail -5)"; fi
+}
+
+checks() { # GROUP [VAR=VALUE...]: the python checks of one group against $PORT
+    local group=$1; shift
+    env "$@" SERVER_PID="$PID" timeout 300 python3 "$PYCHK" "$group" "$PORT" || true
+}
+
+# ---- command line -----------------------------------------------------------
+expect_error serve_no_model "no model" "$BIN" serve
+expect_error serve_bad_parallel "parallel" "$BIN" serve -m "$M" --parallel 0
+expect_error serve_bad_port "port" "$BIN" serve -m "$M" --port 70000
+expect_error serve_bad_plan "block 1 '4,9'" "$BIN" serve -m "$M" --repeat-layers 4,9 --port 0
+expect_error serve_bad_template "chat-template" "$BIN" serve -m "$M" --chat-template no-such-family --port 0
+expect_error serve_bad_host "cannot resolve" "$BIN" serve -m "$M" --host no.such.host.invalid --port 0
+"$BIN" serve --help > "$T/help.txt" 2>&1 && grep -q -- "--api-key" "$T/help.txt" && grep -q -- "--repeat-layers" "$T/help.txt" \
+    && ok serve_help || fail serve_help "$(head -3 "$T/help.txt")"
+
+# ---- A: a plan, 4 slots: endpoints, greedy == run, streaming, stops, errors, load
+if start_server A -np 4 -c 256 --repeat-layers 1,3 --chat-template chatml --max-body 65536; then
+    grep -q "plan: --repeat-layers 1,3: 5 -> 7 layers" "$T/A.err" && ok serve_startup_plan_log \
+        || fail serve_startup_plan_log "$(head -5 "$T/A.err")"
+    # a second server cannot take the same port
+    expect_error serve_port_in_use "cannot listen" "$BIN" serve -m "$M" --port "$PORT"
+    checks basic PLAN="--repeat-layers 1,3" CTX=256
+    checks errors CTX=256
+    if [ "$ASAN" = 1 ]; then
+        checks load CLIENTS=32 PER_CLIENT=10 RSS_GROWTH_KIB=65536
+    else
+        checks load CLIENTS=32 PER_CLIENT=10 RSS_GROWTH_KIB=8192
+    fi
+    stop_server A
+fi
+
+# ---- B: API key, disconnects, the openai client
+KEY="test-key-$$"
+if start_server B -np 1 -c 8192 --api-key "$KEY" --chat-template chatml; then
+    checks auth API_KEY="$KEY"
+    checks disconnect API_KEY="$KEY"
+    PY="${REPRISE_PY:-$ROOT/build/venv/bin/python}"
+    if [ -x "$PY" ] && "$PY" -c "import openai" 2>/dev/null; then
+        want=$("$BIN" run -m "$M" -p "Once upon a time" -n 32 --temp 0 -t 1 2>/dev/null)
+        API_KEY="$KEY" WANT_GREEDY="$want" timeout 300 "$PY" "$ROOT/tests/py/openai_client.py" "$PORT" || true
+    else
+        fail openai_client "the openai client is missing at $PY (scripts/setup.sh installs it; REPRISE_PY overrides)"
+    fi
+    stop_server B
+fi
+
+# ---- C: --timeout
+if start_server C -np 1 -c 8192 --timeout 1; then
+    checks timeout
+    stop_server C
+fi
+
+# ---- D, E: SIGTERM with requests in flight (running ones finish / are cut at --grace)
+if start_server D -np 2 -c 8192 --grace 60; then
+    checks sigterm SIGTERM_TOKENS=200 SIGTERM_EXPECT=finish
+    stop_server D
+fi
+if start_server E -np 2 -c 8192 --grace 0.3; then
+    checks sigterm SIGTERM_TOKENS=100000 SIGTERM_EXPECT=cut
+    stop_server E
+fi

@@ -1,0 +1,593 @@
+/* reprise serve: an OpenAI-compatible HTTP server over one model, its layer
+ * plan and N slots decoded together (continuous batching).
+ *
+ * HTTP is libmicrohttpd in thread-per-connection mode: a handler may block
+ * while its request waits for the engine, and it watches its socket so that a
+ * client that goes away cancels its generation. This file holds the command
+ * line, the listening socket, routing, authentication, the body limit, the
+ * reply helpers (JSON, errors, server-sent events) and the shutdown on
+ * SIGTERM; serve_api.c the endpoints; serve_engine.c the inference thread. */
+#include "serve.h"
+#include "chat.h"
+#include "tools.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SRV_CONN_LIMIT 512
+#define SRV_WAIT_SLICE 0.1 /* seconds between checks of the client's socket */
+
+struct srv_req {
+    srv_server *srv;
+    struct MHD_Connection *conn;
+    const char *method, *url;
+    rp_buf body;
+    bool too_big;     /* the body passed --max-body: answered 413 */
+    size_t discarded; /* bytes of an oversized body read and dropped */
+    bool replied;
+    unsigned status;
+    double t0;
+};
+
+srv_server *srv_req_server(srv_req *r) { return r->srv; }
+
+/* ---- replies ---------------------------------------------------------------- */
+
+static enum MHD_Result queue(srv_req *r, unsigned status, struct MHD_Response *resp) {
+    if (!resp) return MHD_NO;
+    if (atomic_load(&r->srv->stopping)) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
+    MHD_destroy_response(resp);
+    r->replied = true;
+    r->status = status;
+    return ret;
+}
+
+enum MHD_Result srv_reply_json(srv_req *r, unsigned status, json_t *body) {
+    char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!s) {
+        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"code\":null}}";
+        status = 500;
+        s = strdup(oom);
+        if (!s) return MHD_NO;
+    }
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(s);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    return queue(r, status, resp);
+}
+
+enum MHD_Result srv_reply_error(srv_req *r, unsigned status, const char *type, const char *code, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    rp_buf clean = {0};
+    utf8_append_valid(&clean, msg, strlen(msg)); /* messages may quote client text */
+    json_t *err = json_pack("{s:s%,s:s,s:s?}", "message", clean.data ? clean.data : "", clean.len, "type", type,
+                            "code", code);
+    rp_buf_free(&clean);
+    return srv_reply_json(r, status, err ? json_pack("{s:o}", "error", err) : NULL);
+}
+
+enum MHD_Result srv_reply_task_error(srv_req *r, const srv_task *t) {
+    return srv_reply_error(r, (unsigned)t->err_http, t->err_type ? t->err_type : "server_error", t->err_code, "%s",
+                           t->err_msg);
+}
+
+/* The client closed its end (or the socket failed). Pipelined bytes waiting
+ * to be read do not count as gone. */
+static bool fd_gone(int fd) {
+    if (fd < 0) return false;
+    struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0) return false;
+    if (p.revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL)) return true;
+    if (p.revents & POLLIN) {
+        char c;
+        ssize_t k = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    }
+    return false;
+}
+
+static int conn_fd(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? (int)ci->connect_fd : -1;
+}
+
+bool srv_await(srv_req *r, srv_task *t) {
+    srv_engine *e = r->srv->engine;
+    int fd = conn_fd(r->conn);
+    for (;;) {
+        srv_lock(e);
+        srv_wait_locked(e, t, SIZE_MAX, rp_time_s() + SRV_WAIT_SLICE);
+        bool done = t->done;
+        srv_unlock(e);
+        if (done) return true;
+        if (fd_gone(fd)) {
+            srv_lock(e);
+            srv_cancel_locked(e, t);
+            srv_unlock(e);
+            return false;
+        }
+    }
+}
+
+/* ---- server-sent events ----------------------------------------------------- */
+
+typedef struct srv_stream {
+    srv_engine *engine;
+    srv_task *task;
+    int fd;
+    srv_emit_fn emit;
+    void *user;
+    void (*free_user)(void *);
+    rp_buf pend;   /* bytes produced, not yet handed to MHD */
+    size_t off;    /* of pend already handed */
+    size_t seen;   /* bytes of task->out already emitted */
+    size_t n_mark; /* chunk marks of the task already emitted */
+    rp_buf cuts;   /* scratch: chunk ends (relative to the delta) copied out under the lock */
+    rp_buf delta;  /* scratch: new text copied out under the lock */
+    bool finished; /* the last event is in pend */
+} srv_stream;
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    srv_stream *st = cls;
+    for (;;) {
+        if (st->off < st->pend.len) {
+            size_t n = RP_MIN(max, st->pend.len - st->off);
+            memcpy(buf, st->pend.data + st->off, n);
+            st->off += n;
+            return (ssize_t)n;
+        }
+        st->pend.len = st->off = 0;
+        if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
+        srv_task *t = st->task;
+        srv_lock(st->engine);
+        srv_wait_locked(st->engine, t, st->seen, rp_time_s() + SRV_WAIT_SLICE);
+        bool done = t->done;
+        st->delta.len = st->cuts.len = 0;
+        bool ok = true;
+        if (t->out.len > st->seen) {
+            /* one event per engine publish (a token's text), as it was produced */
+            const size_t *mark = (const size_t *)t->marks.data;
+            size_t n_mark = t->marks.len / sizeof *mark;
+            for (size_t i = st->n_mark; ok && i < n_mark; i++) {
+                size_t cut = mark[i] - st->seen;
+                ok = rp_buf_append(&st->cuts, &cut, sizeof cut);
+            }
+            st->n_mark = n_mark;
+            ok = ok && rp_buf_append(&st->delta, t->out.data + st->seen, t->out.len - st->seen);
+            st->seen = t->out.len;
+        }
+        srv_unlock(st->engine);
+        if (!ok) return MHD_CONTENT_READER_END_WITH_ERROR;
+        const size_t *cut = (const size_t *)st->cuts.data;
+        for (size_t i = 0, from = 0; i < st->cuts.len / sizeof *cut; from = cut[i++])
+            if (!st->emit(st->user, &st->pend, st->delta.data + from, cut[i] - from, NULL))
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (done) {
+            if (!st->emit(st->user, &st->pend, NULL, 0, t)) return MHD_CONTENT_READER_END_WITH_ERROR;
+            st->finished = true;
+            continue;
+        }
+        if (!st->delta.len && fd_gone(st->fd)) return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+}
+
+static void stream_free(void *cls) {
+    srv_stream *st = cls;
+    srv_release(st->engine, st->task); /* cancels the generation if it is still running */
+    if (st->free_user) st->free_user(st->user);
+    rp_buf_free(&st->pend);
+    rp_buf_free(&st->delta);
+    rp_buf_free(&st->cuts);
+    free(st);
+}
+
+enum MHD_Result srv_reply_stream(srv_req *r, srv_task *t, srv_emit_fn emit, void *user, void (*free_user)(void *)) {
+    srv_stream *st = calloc(1, sizeof *st);
+    struct MHD_Response *resp = NULL;
+    if (st) {
+        st->engine = r->srv->engine;
+        st->task = t;
+        st->fd = conn_fd(r->conn);
+        st->emit = emit;
+        st->user = user;
+        st->free_user = free_user;
+        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free);
+    }
+    if (!resp) {
+        if (st) free(st);
+        srv_release(r->srv->engine, t);
+        if (free_user) free_user(user);
+        return srv_reply_error(r, 500, "server_error", NULL, "out of memory");
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    return queue(r, 200, resp);
+}
+
+/* ---- routing ---------------------------------------------------------------- */
+
+typedef struct route {
+    const char *method, *path;
+    enum MHD_Result (*fn)(srv_req *r, json_t *body);
+    bool auth;      /* needs the API key when one is set */
+    bool json_body; /* the body is a JSON object */
+} route;
+
+static const route g_routes[] = {
+    {"GET", "/health", api_health, false, false},
+    {"GET", "/v1/models", api_models, true, false},
+    {"GET", "/props", api_props, true, false},
+    {"POST", "/v1/completions", api_completions, true, true},
+    {"POST", "/v1/chat/completions", api_chat, true, true},
+    {"POST", "/completion", api_native_completion, true, true},
+    {"POST", "/tokenize", api_tokenize, true, true},
+    {"POST", "/detokenize", api_detokenize, true, true},
+};
+
+/* Constant-time comparison of the bearer token with the key. */
+static bool auth_ok(srv_req *r) {
+    const char *key = r->srv->api_key;
+    const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return false;
+    h += 7;
+    while (*h == ' ') h++;
+    size_t n = strlen(h), k = strlen(key);
+    unsigned char diff = (unsigned char)(n != k);
+    for (size_t i = 0; i < n; i++) diff |= (unsigned char)(h[i] ^ key[i % (k ? k : 1)]);
+    return diff == 0;
+}
+
+static enum MHD_Result dispatch(srv_req *r) {
+    srv_server *srv = r->srv;
+    const route *rt = NULL;
+    bool path_known = false;
+    for (size_t i = 0; i < sizeof g_routes / sizeof g_routes[0]; i++)
+        if (!strcmp(g_routes[i].path, r->url)) {
+            path_known = true;
+            if (!strcmp(g_routes[i].method, r->method)) rt = &g_routes[i];
+        }
+    if (!rt && path_known)
+        return srv_reply_error(r, 405, "invalid_request_error", "method_not_allowed", "%s is not allowed on %s",
+                               r->method, r->url);
+    if (!rt) return srv_reply_error(r, 404, "not_found_error", "not_found", "no endpoint %s %s", r->method, r->url);
+    if (rt->auth && srv->api_key && !auth_ok(r))
+        return srv_reply_error(r, 401, "authentication_error", "invalid_api_key",
+                               "missing or wrong API key (send 'Authorization: Bearer KEY')");
+    if (r->too_big)
+        return srv_reply_error(r, 413, "invalid_request_error", "request_too_large",
+                               "the request body is larger than the server's limit of %zu bytes", srv->max_body);
+    if (atomic_load(&srv->stopping))
+        return srv_reply_error(r, 503, "unavailable_error", "shutting_down", "the server is shutting down");
+    json_t *body = NULL;
+    if (rt->json_body) {
+        if (!r->body.len) return srv_reply_error(r, 400, "invalid_request_error", "invalid_json", "the request body is empty");
+        json_error_t jerr;
+        body = json_loadb(r->body.data, r->body.len, JSON_REJECT_DUPLICATES, &jerr);
+        if (!body)
+            return srv_reply_error(r, 400, "invalid_request_error", "invalid_json",
+                                   "malformed JSON at line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
+        if (!json_is_object(body)) {
+            json_decref(body);
+            return srv_reply_error(r, 400, "invalid_request_error", "invalid_json",
+                                   "the request body must be a JSON object");
+        }
+    }
+    enum MHD_Result ret = rt->fn(r, body);
+    json_decref(body);
+    return ret;
+}
+
+static atomic_int g_in_flight; /* requests between their first byte and their completion */
+static bool g_log_requests;
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *data, size_t *data_size, void **con_cls) {
+    (void)version;
+    srv_server *srv = cls;
+    srv_req *r = *con_cls;
+    if (!r) {
+        r = calloc(1, sizeof *r);
+        if (!r) return MHD_NO;
+        r->srv = srv;
+        r->conn = c;
+        r->url = url;
+        r->method = method;
+        r->t0 = rp_time_s();
+        *con_cls = r;
+        atomic_fetch_add(&g_in_flight, 1);
+        /* a declared length over the limit is refused before the body is read */
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl) {
+            char *end;
+            errno = 0;
+            unsigned long long n = strtoull(cl, &end, 10);
+            if (errno || end == cl || n > srv->max_body) {
+                r->too_big = true;
+                return srv_reply_error(r, 413, "invalid_request_error", "request_too_large",
+                                       "the request body (%s bytes) is larger than the server's limit of %zu bytes",
+                                       cl, srv->max_body);
+            }
+        }
+        return MHD_YES;
+    }
+    if (*data_size) {
+        if (!r->too_big && r->body.len + *data_size <= srv->max_body) {
+            if (!rp_buf_append(&r->body, data, *data_size)) return MHD_NO;
+        } else {
+            r->too_big = true;
+            r->discarded += *data_size;
+            if (r->discarded > 16 * srv->max_body) return MHD_NO; /* stop reading an endless body */
+        }
+        *data_size = 0;
+        return MHD_YES;
+    }
+    if (r->replied) return MHD_YES;
+    return dispatch(r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode code) {
+    (void)cls;
+    (void)c;
+    srv_req *r = *con_cls;
+    if (!r) return;
+    if (g_log_requests)
+        fprintf(stderr, "serve: %s %s %u %.1f ms%s\n", r->method, r->url, r->status, (rp_time_s() - r->t0) * 1e3,
+                code == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
+    rp_buf_free(&r->body);
+    free(r);
+    *con_cls = NULL;
+    atomic_fetch_sub(&g_in_flight, 1);
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    if (g_verbosity < 2) return;
+    fprintf(stderr, "serve: http: ");
+    vfprintf(stderr, fmt, ap);
+}
+
+/* ---- listening socket ------------------------------------------------------- */
+
+static int listen_on(const char *host, int port, int *bound) {
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    int rc = getaddrinfo(host, ps, &hints, &res);
+    if (rc) {
+        tool_error("serve", "cannot resolve --host '%s': %s", host, gai_strerror(rc));
+        return -1;
+    }
+    int fd = -1, err = 0;
+    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0) {
+            err = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (ai->ai_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 256)) {
+            err = errno;
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        tool_error("serve", "cannot listen on %s:%d: %s", host, port, strerror(err));
+        return -1;
+    }
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    *bound = port;
+    if (!getsockname(fd, (struct sockaddr *)&ss, &len))
+        *bound = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                          : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    return fd;
+}
+
+/* ---- the command ------------------------------------------------------------ */
+
+static const char *plan_kind(const model_opts *mo) {
+    if (mo->repeat_layers && *mo->repeat_layers) return "repeat-layers";
+    if (mo->layer_map && *mo->layer_map) return "layer-map";
+    return "identity";
+}
+
+static const char *base_name(const char *path) {
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *cmd = "serve";
+    model_opts mo;
+    model_opts_init(&mo);
+    const char *host = "127.0.0.1", *api_key = NULL, *alias = NULL, *chat_template = NULL;
+    int port = 8080, n_parallel = 1;
+    float timeout = 600.0f, grace = 10.0f;
+    uint64_t max_body = 4u << 20;
+    bool verbose = false;
+    char template_help[512];
+    snprintf(template_help, sizeof template_help, "chat template: %s (default: the model's own)", rp_chat_names());
+    const arg_opt opts[] = {
+        {"--host", ARG_STR, &host, "ADDR", "address to listen on (default 127.0.0.1: loopback only)"},
+        {"--port", ARG_INT, &port, "N", "TCP port (default 8080; 0 = any free port, logged at startup)"},
+        {"-np|--parallel", ARG_INT, &n_parallel, "N", "slots decoded together, each its own KV sequence (default 1)"},
+        {"--api-key", ARG_STR, &api_key, "KEY", "require 'Authorization: Bearer KEY' (all but /health)"},
+        {"--timeout", ARG_FLOAT, &timeout, "S", "seconds a request may take, queue included (default 600, 0 = none)"},
+        {"--max-body", ARG_U64, &max_body, "BYTES", "largest request body accepted (default 4194304)"},
+        {"-a|--alias", ARG_STR, &alias, "NAME", "model id in /v1/models and the 'model' field (default: file name)"},
+        {"--chat-template", ARG_STR, &chat_template, "NAME", template_help},
+        {"--grace", ARG_FLOAT, &grace, "S", "on SIGTERM, seconds running requests get to finish (default 10)"},
+        {"-v|--verbose", ARG_FLAG, &verbose, NULL, "log every request"},
+        {0},
+    };
+    const arg_opt *tables[] = {opts, model_opts_table(&mo), NULL};
+    arg_spec spec = {cmd, "reprise serve -m MODEL [--repeat-layers SPEC] [--parallel N] [--port N] [options]",
+                     "An OpenAI-compatible HTTP server: GET /health, /v1/models, /props; POST /v1/completions,\n"
+                     "/v1/chat/completions (stream: true for server-sent events), llama.cpp's /completion,\n"
+                     "/tokenize and /detokenize. Every slot runs the plan over the one copy of the weights.\n"
+                     "SIGTERM stops accepting, lets running requests finish (--grace) and exits 0.",
+                     tables, NULL, 0, NULL};
+    bool help;
+    if (!args_parse(&spec, argc, argv, &help)) {
+        if (help) printf("\n%s\n", g_plan_help);
+        return help ? 0 : 2;
+    }
+    if (n_parallel < 1 || n_parallel > 256) {
+        tool_error(cmd, "--parallel must be in 1..256, got %d", n_parallel);
+        return 2;
+    }
+    if (port < 0 || port > 65535) {
+        tool_error(cmd, "--port must be in 0..65535, got %d", port);
+        return 2;
+    }
+    if (timeout < 0 || grace < 0) {
+        tool_error(cmd, "--timeout and --grace must not be negative");
+        return 2;
+    }
+    if (max_body < 1024 || max_body > (1ull << 30)) {
+        tool_error(cmd, "--max-body must be in 1024..1073741824 bytes");
+        return 2;
+    }
+    if (api_key && !*api_key) {
+        tool_error(cmd, "--api-key is empty");
+        return 2;
+    }
+    if (verbose) g_verbosity = 2;
+    g_log_requests = verbose;
+
+    /* Signals are taken by sigwait in this thread only: block them before any
+     * thread (thread pool, engine, HTTP) exists so every thread inherits the mask. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    rp_model *model;
+    rp_context *ctx;
+    int code;
+    if (!tool_load(cmd, &mo, (uint32_t)n_parallel, &model, &ctx, &code)) return code;
+
+    srv_entry entry = {
+        .name = (char *)(alias ? alias : base_name(mo.model)),
+        .ctx = ctx,
+        .n_slot = n_parallel,
+        .n_ctx = rp_context_n_ctx(ctx),
+        .plan_kind = plan_kind(&mo),
+        .plan_spec = mo.repeat_layers ? mo.repeat_layers : mo.layer_map ? mo.layer_map : "",
+    };
+    srv_server srv = {
+        .model = model,
+        .model_path = mo.model,
+        .entries = &entry,
+        .n_entries = 1,
+        .api_key = api_key,
+        .chat_template = chat_template,
+        .timeout = timeout,
+        .max_body = (size_t)max_body,
+        .n_batch = mo.n_batch ? (int)mo.n_batch : 512,
+        .t_start = rp_time_s(),
+    };
+    atomic_init(&srv.stopping, false);
+    atomic_init(&srv.counter, (uint_fast64_t)time(NULL) << 20);
+    json_object_seed(0);
+
+    /* a template that cannot render now will not render later: say so once */
+    {
+        rp_chat_msg probe = {"user", "hi"};
+        char *out = NULL;
+        rp_status s = rp_chat_apply(model, chat_template, &probe, 1, true, &out);
+        free(out);
+        srv.chat_ok = s == RP_OK;
+        if (!srv.chat_ok) {
+            snprintf(srv.chat_err, sizeof srv.chat_err, "%s", rp_last_error());
+            if (chat_template) {
+                tool_error(cmd, "--chat-template: %s", srv.chat_err);
+                rp_context_free(ctx);
+                rp_model_free(model);
+                return 2;
+            }
+            if (g_verbosity > 0)
+                fprintf(stderr, "serve: /v1/chat/completions is unavailable: %s\n", srv.chat_err);
+        }
+    }
+
+    int ret = 1, bound = 0;
+    struct MHD_Daemon *d = NULL;
+    int lfd = listen_on(host, port, &bound);
+    if (lfd < 0) goto out;
+    srv.engine = srv_engine_start(&entry, 1, srv.n_batch);
+    if (!srv.engine) {
+        tool_fail(cmd, RP_ERR_NOMEM);
+        close(lfd);
+        goto out;
+    }
+    unsigned idle = timeout > 0 && timeout < 600 ? (unsigned)timeout + 1 : 600;
+    d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC |
+                             MHD_USE_POLL | MHD_USE_ERROR_LOG,
+                         0, NULL, NULL, on_request, &srv, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)lfd,
+                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, &srv, MHD_OPTION_CONNECTION_TIMEOUT, idle,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)SRV_CONN_LIMIT, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+                         NULL, MHD_OPTION_END);
+    if (!d) {
+        tool_error(cmd, "cannot start the HTTP server on %s:%d", host, bound);
+        close(lfd);
+        goto out;
+    }
+    if (g_verbosity > 0) {
+        fprintf(stderr, "serve: model '%s', %d slot%s x %u positions, listening on http://%s%s%s:%d%s\n", entry.name,
+                n_parallel, n_parallel == 1 ? "" : "s", entry.n_ctx, strchr(host, ':') ? "[" : "", host,
+                strchr(host, ':') ? "]" : "", bound, api_key ? " (API key required)" : "");
+        fflush(stderr);
+    }
+
+    int sig = 0;
+    while (sigwait(&sigs, &sig) != 0) {
+    }
+    if (g_verbosity > 0) {
+        int busy, queued;
+        srv_engine_counts(srv.engine, &busy, &queued);
+        fprintf(stderr, "serve: %s: stopping (%d running, %d queued)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT", busy,
+                queued);
+    }
+    /* stop accepting; queued requests get 503; running ones finish within --grace */
+    atomic_store(&srv.stopping, true);
+    MHD_socket ls = MHD_quiesce_daemon(d);
+    if (ls != MHD_INVALID_SOCKET) close(ls);
+    srv_engine_stop(srv.engine, grace);
+    /* let the handlers send what their finished tasks produced */
+    for (double until = rp_time_s() + 5.0; atomic_load(&g_in_flight) > 0 && rp_time_s() < until;) usleep(10000);
+    ret = 0;
+out:
+    if (d) MHD_stop_daemon(d);
+    srv_engine_free(srv.engine);
+    rp_context_free(ctx);
+    rp_model_free(model);
+    if (ret == 0 && g_verbosity > 0) fprintf(stderr, "serve: stopped\n");
+    return ret;
+}
