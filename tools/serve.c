@@ -38,13 +38,16 @@ struct srv_req {
     double t0;
 };
 
-srv_server *srv_req_server(srv_req *r) { return r->srv; }
+srv_server *srv_req_server(srv_req *r) {
+    return r->srv;
+}
 
 /* ---- replies ---------------------------------------------------------------- */
 
 static enum MHD_Result queue(srv_req *r, unsigned status, struct MHD_Response *resp) {
     if (!resp) return MHD_NO;
-    if (atomic_load(&r->srv->stopping)) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (atomic_load(&r->srv->stopping))
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
     MHD_destroy_response(resp);
     r->replied = true;
@@ -56,12 +59,14 @@ enum MHD_Result srv_reply_json(srv_req *r, unsigned status, json_t *body) {
     char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
     if (!s) {
-        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"code\":null}}";
+        static const char oom[] =
+            "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"code\":null}}";
         status = 500;
         s = strdup(oom);
         if (!s) return MHD_NO;
     }
-    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
         free(s);
         return MHD_NO;
@@ -70,7 +75,8 @@ enum MHD_Result srv_reply_json(srv_req *r, unsigned status, json_t *body) {
     return queue(r, status, resp);
 }
 
-enum MHD_Result srv_reply_error(srv_req *r, unsigned status, const char *type, const char *code, const char *fmt, ...) {
+enum MHD_Result srv_reply_error(srv_req *r, unsigned status, const char *type, const char *code,
+                                const char *fmt, ...) {
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -78,15 +84,15 @@ enum MHD_Result srv_reply_error(srv_req *r, unsigned status, const char *type, c
     va_end(ap);
     rp_buf clean = {0};
     utf8_append_valid(&clean, msg, strlen(msg)); /* messages may quote client text */
-    json_t *err = json_pack("{s:s%,s:s,s:s?}", "message", clean.data ? clean.data : "", clean.len, "type", type,
-                            "code", code);
+    json_t *err = json_pack("{s:s%,s:s,s:s?}", "message", clean.data ? clean.data : "", clean.len,
+                            "type", type, "code", code);
     rp_buf_free(&clean);
     return srv_reply_json(r, status, err ? json_pack("{s:o}", "error", err) : NULL);
 }
 
 enum MHD_Result srv_reply_task_error(srv_req *r, const srv_task *t) {
-    return srv_reply_error(r, (unsigned)t->err_http, t->err_type ? t->err_type : "server_error", t->err_code, "%s",
-                           t->err_msg);
+    return srv_reply_error(r, (unsigned)t->err_http, t->err_type ? t->err_type : "server_error",
+                           t->err_code, "%s", t->err_msg);
 }
 
 /* The client closed its end (or the socket failed). Pipelined bytes waiting
@@ -105,7 +111,8 @@ static bool fd_gone(int fd) {
 }
 
 static int conn_fd(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     return ci ? (int)ci->connect_fd : -1;
 }
 
@@ -182,7 +189,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             if (!st->emit(st->user, &st->pend, st->delta.data + from, cut[i] - from, NULL))
                 return MHD_CONTENT_READER_END_WITH_ERROR;
         if (done) {
-            if (!st->emit(st->user, &st->pend, NULL, 0, t)) return MHD_CONTENT_READER_END_WITH_ERROR;
+            if (!st->emit(st->user, &st->pend, NULL, 0, t))
+                return MHD_CONTENT_READER_END_WITH_ERROR;
             st->finished = true;
             continue;
         }
@@ -200,7 +208,8 @@ static void stream_free(void *cls) {
     free(st);
 }
 
-enum MHD_Result srv_reply_stream(srv_req *r, srv_task *t, srv_emit_fn emit, void *user, void (*free_user)(void *)) {
+enum MHD_Result srv_reply_stream(srv_req *r, srv_task *t, srv_emit_fn emit, void *user,
+                                 void (*free_user)(void *)) {
     srv_stream *st = calloc(1, sizeof *st);
     struct MHD_Response *resp = NULL;
     if (st) {
@@ -210,7 +219,8 @@ enum MHD_Result srv_reply_stream(srv_req *r, srv_task *t, srv_emit_fn emit, void
         st->emit = emit;
         st->user = user;
         st->free_user = free_user;
-        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free);
+        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st,
+                                                 stream_free);
     }
     if (!resp) {
         if (st) free(st);
@@ -246,7 +256,8 @@ static const route g_routes[] = {
 /* Constant-time comparison of the bearer token with the key. */
 static bool auth_ok(srv_req *r) {
     const char *key = r->srv->api_key;
-    const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    const char *h =
+        MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (!h || strncasecmp(h, "Bearer ", 7) != 0) return false;
     h += 7;
     while (*h == ' ') h++;
@@ -266,25 +277,32 @@ static enum MHD_Result dispatch(srv_req *r) {
             if (!strcmp(g_routes[i].method, r->method)) rt = &g_routes[i];
         }
     if (!rt && path_known)
-        return srv_reply_error(r, 405, "invalid_request_error", "method_not_allowed", "%s is not allowed on %s",
+        return srv_reply_error(r, 405, "invalid_request_error", "method_not_allowed",
+                               "%s is not allowed on %s", r->method, r->url);
+    if (!rt)
+        return srv_reply_error(r, 404, "not_found_error", "not_found", "no endpoint %s %s",
                                r->method, r->url);
-    if (!rt) return srv_reply_error(r, 404, "not_found_error", "not_found", "no endpoint %s %s", r->method, r->url);
     if (rt->auth && srv->api_key && !auth_ok(r))
         return srv_reply_error(r, 401, "authentication_error", "invalid_api_key",
                                "missing or wrong API key (send 'Authorization: Bearer KEY')");
     if (r->too_big)
         return srv_reply_error(r, 413, "invalid_request_error", "request_too_large",
-                               "the request body is larger than the server's limit of %zu bytes", srv->max_body);
+                               "the request body is larger than the server's limit of %zu bytes",
+                               srv->max_body);
     if (atomic_load(&srv->stopping))
-        return srv_reply_error(r, 503, "unavailable_error", "shutting_down", "the server is shutting down");
+        return srv_reply_error(r, 503, "unavailable_error", "shutting_down",
+                               "the server is shutting down");
     json_t *body = NULL;
     if (rt->json_body) {
-        if (!r->body.len) return srv_reply_error(r, 400, "invalid_request_error", "invalid_json", "the request body is empty");
+        if (!r->body.len)
+            return srv_reply_error(r, 400, "invalid_request_error", "invalid_json",
+                                   "the request body is empty");
         json_error_t jerr;
         body = json_loadb(r->body.data, r->body.len, JSON_REJECT_DUPLICATES, &jerr);
         if (!body)
             return srv_reply_error(r, 400, "invalid_request_error", "invalid_json",
-                                   "malformed JSON at line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
+                                   "malformed JSON at line %d, column %d: %s", jerr.line,
+                                   jerr.column, jerr.text);
         if (!json_is_object(body)) {
             json_decref(body);
             return srv_reply_error(r, 400, "invalid_request_error", "invalid_json",
@@ -299,8 +317,9 @@ static enum MHD_Result dispatch(srv_req *r) {
 static atomic_int g_in_flight; /* requests between their first byte and their completion */
 static bool g_log_requests;
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                                  const char *version, const char *data, size_t *data_size, void **con_cls) {
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *data,
+                                  size_t *data_size, void **con_cls) {
     (void)version;
     srv_server *srv = cls;
     srv_req *r = *con_cls;
@@ -315,16 +334,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *con_cls = r;
         atomic_fetch_add(&g_in_flight, 1);
         /* a declared length over the limit is refused before the body is read */
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        const char *cl =
+            MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl) {
             char *end;
             errno = 0;
             unsigned long long n = strtoull(cl, &end, 10);
             if (errno || end == cl || n > srv->max_body) {
                 r->too_big = true;
-                return srv_reply_error(r, 413, "invalid_request_error", "request_too_large",
-                                       "the request body (%s bytes) is larger than the server's limit of %zu bytes",
-                                       cl, srv->max_body);
+                return srv_reply_error(
+                    r, 413, "invalid_request_error", "request_too_large",
+                    "the request body (%s bytes) is larger than the server's limit of %zu bytes",
+                    cl, srv->max_body);
             }
         }
         return MHD_YES;
@@ -344,13 +365,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return dispatch(r);
 }
 
-static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode code) {
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode code) {
     (void)cls;
     (void)c;
     srv_req *r = *con_cls;
     if (!r) return;
     if (g_log_requests)
-        fprintf(stderr, "serve: %s %s %u %.1f ms%s\n", r->method, r->url, r->status, (rp_time_s() - r->t0) * 1e3,
+        fprintf(stderr, "serve: %s %s %u %.1f ms%s\n", r->method, r->url, r->status,
+                (rp_time_s() - r->t0) * 1e3,
                 code == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
     rp_buf_free(&r->body);
     free(r);
@@ -370,7 +393,9 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
 static int listen_on(const char *host, int port, int *bound) {
     char ps[16];
     snprintf(ps, sizeof ps, "%d", port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *res = NULL;
     int rc = getaddrinfo(host, ps, &hints, &res);
     if (rc) {
@@ -430,27 +455,41 @@ int cmd_serve(int argc, char **argv) {
     uint64_t max_body = 4u << 20;
     bool verbose = false;
     char template_help[512];
-    snprintf(template_help, sizeof template_help, "chat template: %s (default: the model's own)", rp_chat_names());
+    snprintf(template_help, sizeof template_help, "chat template: %s (default: the model's own)",
+             rp_chat_names());
     const arg_opt opts[] = {
-        {"--host", ARG_STR, &host, "ADDR", "address to listen on (default 127.0.0.1: loopback only)"},
-        {"--port", ARG_INT, &port, "N", "TCP port (default 8080; 0 = any free port, logged at startup)"},
-        {"-np|--parallel", ARG_INT, &n_parallel, "N", "slots decoded together, each its own KV sequence (default 1)"},
-        {"--api-key", ARG_STR, &api_key, "KEY", "require 'Authorization: Bearer KEY' (all but /health)"},
-        {"--timeout", ARG_FLOAT, &timeout, "S", "seconds a request may take, queue included (default 600, 0 = none)"},
-        {"--max-body", ARG_U64, &max_body, "BYTES", "largest request body accepted (default 4194304)"},
-        {"-a|--alias", ARG_STR, &alias, "NAME", "model id in /v1/models and the 'model' field (default: file name)"},
+        {"--host", ARG_STR, &host, "ADDR",
+         "address to listen on (default 127.0.0.1: loopback only)"},
+        {"--port", ARG_INT, &port, "N",
+         "TCP port (default 8080; 0 = any free port, logged at startup)"},
+        {"-np|--parallel", ARG_INT, &n_parallel, "N",
+         "slots decoded together, each its own KV sequence (default 1)"},
+        {"--api-key", ARG_STR, &api_key, "KEY",
+         "require 'Authorization: Bearer KEY' (all but /health)"},
+        {"--timeout", ARG_FLOAT, &timeout, "S",
+         "seconds a request may take, queue included (default 600, 0 = none)"},
+        {"--max-body", ARG_U64, &max_body, "BYTES",
+         "largest request body accepted (default 4194304)"},
+        {"-a|--alias", ARG_STR, &alias, "NAME",
+         "model id in /v1/models and the 'model' field (default: file name)"},
         {"--chat-template", ARG_STR, &chat_template, "NAME", template_help},
-        {"--grace", ARG_FLOAT, &grace, "S", "on SIGTERM, seconds running requests get to finish (default 10)"},
+        {"--grace", ARG_FLOAT, &grace, "S",
+         "on SIGTERM, seconds running requests get to finish (default 10)"},
         {"-v|--verbose", ARG_FLAG, &verbose, NULL, "log every request"},
         {0},
     };
     const arg_opt *tables[] = {opts, model_opts_table(&mo), NULL};
-    arg_spec spec = {cmd, "reprise serve -m MODEL [--repeat-layers SPEC] [--parallel N] [--port N] [options]",
-                     "An OpenAI-compatible HTTP server: GET /health, /v1/models, /props; POST /v1/completions,\n"
-                     "/v1/chat/completions (stream: true for server-sent events), llama.cpp's /completion,\n"
-                     "/tokenize and /detokenize. Every slot runs the plan over the one copy of the weights.\n"
-                     "SIGTERM stops accepting, lets running requests finish (--grace) and exits 0.",
-                     tables, NULL, 0, NULL};
+    arg_spec spec = {
+        cmd,
+        "reprise serve -m MODEL [--repeat-layers SPEC] [--parallel N] [--port N] [options]",
+        "An OpenAI-compatible HTTP server: GET /health, /v1/models, /props; POST /v1/completions,\n"
+        "/v1/chat/completions (stream: true for server-sent events), llama.cpp's /completion,\n"
+        "/tokenize and /detokenize. Every slot runs the plan over the one copy of the weights.\n"
+        "SIGTERM stops accepting, lets running requests finish (--grace) and exits 0.",
+        tables,
+        NULL,
+        0,
+        NULL};
     bool help;
     if (!args_parse(&spec, argc, argv, &help)) {
         if (help) printf("\n%s\n", g_plan_help);
@@ -499,7 +538,9 @@ int cmd_serve(int argc, char **argv) {
         .n_slot = n_parallel,
         .n_ctx = rp_context_n_ctx(ctx),
         .plan_kind = plan_kind(&mo),
-        .plan_spec = mo.repeat_layers ? mo.repeat_layers : mo.layer_map ? mo.layer_map : "",
+        .plan_spec = mo.repeat_layers ? mo.repeat_layers
+                     : mo.layer_map   ? mo.layer_map
+                                      : "",
     };
     srv_server srv = {
         .model = model,
@@ -548,21 +589,24 @@ int cmd_serve(int argc, char **argv) {
         goto out;
     }
     unsigned idle = timeout > 0 && timeout < 600 ? (unsigned)timeout + 1 : 600;
-    d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC |
-                             MHD_USE_POLL | MHD_USE_ERROR_LOG,
+    d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+                             MHD_USE_ITC | MHD_USE_POLL | MHD_USE_ERROR_LOG,
                          0, NULL, NULL, on_request, &srv, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)lfd,
-                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, &srv, MHD_OPTION_CONNECTION_TIMEOUT, idle,
-                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)SRV_CONN_LIMIT, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
-                         NULL, MHD_OPTION_END);
+                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, &srv,
+                         MHD_OPTION_CONNECTION_TIMEOUT, idle, MHD_OPTION_CONNECTION_LIMIT,
+                         (unsigned)SRV_CONN_LIMIT, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                         MHD_OPTION_END);
     if (!d) {
         tool_error(cmd, "cannot start the HTTP server on %s:%d", host, bound);
         close(lfd);
         goto out;
     }
     if (g_verbosity > 0) {
-        fprintf(stderr, "serve: model '%s', %d slot%s x %u positions, listening on http://%s%s%s:%d%s\n", entry.name,
-                n_parallel, n_parallel == 1 ? "" : "s", entry.n_ctx, strchr(host, ':') ? "[" : "", host,
-                strchr(host, ':') ? "]" : "", bound, api_key ? " (API key required)" : "");
+        fprintf(stderr,
+                "serve: model '%s', %d slot%s x %u positions, listening on http://%s%s%s:%d%s\n",
+                entry.name, n_parallel, n_parallel == 1 ? "" : "s", entry.n_ctx,
+                strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "", bound,
+                api_key ? " (API key required)" : "");
         fflush(stderr);
     }
 
@@ -572,8 +616,8 @@ int cmd_serve(int argc, char **argv) {
     if (g_verbosity > 0) {
         int busy, queued;
         srv_engine_counts(srv.engine, &busy, &queued);
-        fprintf(stderr, "serve: %s: stopping (%d running, %d queued)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT", busy,
-                queued);
+        fprintf(stderr, "serve: %s: stopping (%d running, %d queued)\n",
+                sig == SIGTERM ? "SIGTERM" : "SIGINT", busy, queued);
     }
     /* stop accepting; queued requests get 503; running ones finish within --grace */
     atomic_store(&srv.stopping, true);
@@ -581,7 +625,8 @@ int cmd_serve(int argc, char **argv) {
     if (ls != MHD_INVALID_SOCKET) close(ls);
     srv_engine_stop(srv.engine, grace);
     /* let the handlers send what their finished tasks produced */
-    for (double until = rp_time_s() + 5.0; atomic_load(&g_in_flight) > 0 && rp_time_s() < until;) usleep(10000);
+    for (double until = rp_time_s() + 5.0; atomic_load(&g_in_flight) > 0 && rp_time_s() < until;)
+        usleep(10000);
     ret = 0;
 out:
     if (d) MHD_stop_daemon(d);

@@ -20,8 +20,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define SRV_MAX_STOP 16       /* stop strings per request */
-#define SRV_MAX_STOP_LEN 256  /* bytes per stop string */
+#define SRV_MAX_STOP     16  /* stop strings per request */
+#define SRV_MAX_STOP_LEN 256 /* bytes per stop string */
 
 /* One servable model: a name clients put in "model", a context with its plan,
  * and the slots (sequences) of that context. Several entries may share one
@@ -31,8 +31,8 @@ typedef struct srv_entry {
     rp_context *ctx;
     int n_slot;
     uint32_t n_ctx;
-    const char *plan_kind; /* "identity", "repeat-layers", "layer-map" */
-    const char *plan_spec; /* as given, or "" */
+    const char *plan_kind;  /* "identity", "repeat-layers", "layer-map" */
+    const char *plan_spec;  /* as given, or "" */
     struct srv_slot *slots; /* engine-private */
 } srv_entry;
 
@@ -55,27 +55,28 @@ typedef struct srv_task {
     int32_t *prompt; /* [n_prompt] owned */
     int n_prompt;
     rp_sampler_params sp;
-    int n_predict;                      /* -1: until end of text or full context */
-    char *stop[SRV_MAX_STOP];           /* owned */
+    int n_predict;            /* -1: until end of text or full context */
+    char *stop[SRV_MAX_STOP]; /* owned */
     int n_stop;
-    double t_submit, deadline;          /* rp_time_s(); deadline 0 = none */
+    double t_submit, deadline; /* rp_time_s(); deadline 0 = none */
     /* shared, under the engine lock */
     int refs;
-    bool cancel;       /* the handler gave up (client gone, timeout) */
-    bool started;      /* holds a slot */
-    bool done;         /* finish is final; out is complete */
+    bool cancel;  /* the handler gave up (client gone, timeout) */
+    bool started; /* holds a slot */
+    bool done;    /* finish is final; out is complete */
     srv_finish finish;
-    int stop_index;    /* which stop string matched (SRV_FIN_WORD) */
-    int err_http;      /* SRV_FIN_ERROR: HTTP status for the error */
+    int stop_index; /* which stop string matched (SRV_FIN_WORD) */
+    int err_http;   /* SRV_FIN_ERROR: HTTP status for the error */
     const char *err_type, *err_code;
     char err_msg[256];
-    rp_buf out;        /* generated text published so far; always valid UTF-8 */
-    rp_buf tokens;     /* int32_t ids of the generated tokens (the end-of-text token not included) */
-    rp_buf marks;      /* size_t: end offset in out of each publish that added text (one per streamed chunk) */
-    int n_gen;         /* tokens generated (the end-of-text token not counted) */
+    rp_buf out;    /* generated text published so far; always valid UTF-8 */
+    rp_buf tokens; /* int32_t ids of the generated tokens (the end-of-text token not included) */
+    rp_buf marks;  /* size_t: end offset in out of each publish that added text (one per streamed
+                      chunk) */
+    int n_gen;     /* tokens generated (the end-of-text token not counted) */
     double t_start, t_prompt, t_end; /* slot taken, prompt decoded, finished */
-    pthread_cond_t cv; /* broadcast on every change */
-    struct srv_task *next; /* queue link */
+    pthread_cond_t cv;               /* broadcast on every change */
+    struct srv_task *next;           /* queue link */
 } srv_task;
 
 typedef struct srv_engine srv_engine;
@@ -138,8 +139,8 @@ srv_server *srv_req_server(srv_req *r);
 /* Replies with JSON (takes ownership of body; NULL = out of memory). */
 enum MHD_Result srv_reply_json(srv_req *r, unsigned status, json_t *body);
 /* Replies {"error":{"message","type","code"}}. */
-enum MHD_Result srv_reply_error(srv_req *r, unsigned status, const char *type, const char *code, const char *fmt,
-                                ...) __attribute__((format(printf, 5, 6)));
+enum MHD_Result srv_reply_error(srv_req *r, unsigned status, const char *type, const char *code,
+                                const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* The reply of a finished task that failed (t->done, SRV_FIN_ERROR). */
 enum MHD_Result srv_reply_task_error(srv_req *r, const srv_task *t);
 /* Blocks until t is done; false if the client went away first (t is then
@@ -152,8 +153,10 @@ bool srv_await(srv_req *r, srv_task *t);
  * lock), and what it appends then closes the stream. `user` is freed with
  * free_user when the response goes away. The stream owns the handler's
  * reference to t from here on. */
-typedef bool (*srv_emit_fn)(void *user, rp_buf *out, const char *text, size_t n, const srv_task *done);
-enum MHD_Result srv_reply_stream(srv_req *r, srv_task *t, srv_emit_fn emit, void *user, void (*free_user)(void *));
+typedef bool (*srv_emit_fn)(void *user, rp_buf *out, const char *text, size_t n,
+                            const srv_task *done);
+enum MHD_Result srv_reply_stream(srv_req *r, srv_task *t, srv_emit_fn emit, void *user,
+                                 void (*free_user)(void *));
 
 /* ---- the endpoints (serve_api.c) -------------------------------------------- */
 

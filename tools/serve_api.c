@@ -78,7 +78,9 @@ static bool refuse(api_err *e, unsigned status, const char *code, const char *fm
     __attribute__((format(printf, 4, 5)));
 static bool refuse(api_err *e, unsigned status, const char *code, const char *fmt, ...) {
     e->status = status;
-    e->type = status == 404 ? "not_found_error" : status >= 500 ? "server_error" : "invalid_request_error";
+    e->type = status == 404   ? "not_found_error"
+              : status >= 500 ? "server_error"
+                              : "invalid_request_error";
     e->code = code;
     va_list ap;
     va_start(ap, fmt);
@@ -93,14 +95,21 @@ static enum MHD_Result reply_refusal(srv_req *r, const api_err *e) {
 
 static const char *json_kind(const json_t *v) {
     switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+        return "an integer";
+    case JSON_REAL:
+        return "a number";
     case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
+    case JSON_FALSE:
+        return "a boolean";
+    default:
+        return "null";
     }
 }
 
@@ -112,19 +121,23 @@ static bool read_fields(const json_t *body, const field *tab, gen_params *p, api
         char *dst = (char *)p + f->off;
         if (f->kind == FK_BOOL) {
             if (!json_is_boolean(v))
-                return refuse(e, 400, "invalid_type", "'%s' must be a boolean, got %s", f->name, json_kind(v));
+                return refuse(e, 400, "invalid_type", "'%s' must be a boolean, got %s", f->name,
+                              json_kind(v));
             *(bool *)dst = json_is_true(v);
             continue;
         }
         if (!json_is_number(v))
-            return refuse(e, 400, "invalid_type", "'%s' must be a number, got %s", f->name, json_kind(v));
+            return refuse(e, 400, "invalid_type", "'%s' must be a number, got %s", f->name,
+                          json_kind(v));
         double x = json_number_value(v);
         if (f->kind != FK_FLOAT && (!json_is_integer(v) && x != floor(x)))
             return refuse(e, 400, "invalid_type", "'%s' must be an integer, got %g", f->name, x);
         if (!isfinite(x) || x < f->lo || x > f->hi || (f->lo_open && x == f->lo)) {
-            if (f->lo == f->hi) return refuse(e, 422, "invalid_value", "'%s' must be %g, got %g", f->name, f->lo, x);
-            return refuse(e, 422, "invalid_value", "'%s' must be in %c%g, %g], got %g", f->name, f->lo_open ? '(' : '[',
-                          f->lo, f->hi, x);
+            if (f->lo == f->hi)
+                return refuse(e, 422, "invalid_value", "'%s' must be %g, got %g", f->name, f->lo,
+                              x);
+            return refuse(e, 422, "invalid_value", "'%s' must be in %c%g, %g], got %g", f->name,
+                          f->lo_open ? '(' : '[', f->lo, f->hi, x);
         }
         if (f->kind == FK_FLOAT)
             *(float *)dst = (float)x;
@@ -141,19 +154,25 @@ static bool read_stop(const json_t *body, gen_params *p, api_err *e) {
     if (!v || json_is_null(v)) return true;
     size_t n = json_is_array(v) ? json_array_size(v) : 1;
     if (!json_is_string(v) && !json_is_array(v))
-        return refuse(e, 400, "invalid_type", "'stop' must be a string or an array of strings, got %s", json_kind(v));
-    if (n > SRV_MAX_STOP) return refuse(e, 422, "invalid_value", "'stop' has %zu strings; at most %d", n, SRV_MAX_STOP);
+        return refuse(e, 400, "invalid_type",
+                      "'stop' must be a string or an array of strings, got %s", json_kind(v));
+    if (n > SRV_MAX_STOP)
+        return refuse(e, 422, "invalid_value", "'stop' has %zu strings; at most %d", n,
+                      SRV_MAX_STOP);
     for (size_t i = 0; i < n; i++) {
         json_t *s = json_is_array(v) ? json_array_get(v, i) : v;
         if (!json_is_string(s))
-            return refuse(e, 400, "invalid_type", "'stop[%zu]' must be a string, got %s", i, json_kind(s));
+            return refuse(e, 400, "invalid_type", "'stop[%zu]' must be a string, got %s", i,
+                          json_kind(s));
         size_t len = json_string_length(s);
         if (len == 0) continue; /* an empty stop string would stop before anything */
         if (len > SRV_MAX_STOP_LEN)
-            return refuse(e, 422, "invalid_value", "'stop[%zu]' is %zu bytes; at most %d", i, len, SRV_MAX_STOP_LEN);
+            return refuse(e, 422, "invalid_value", "'stop[%zu]' is %zu bytes; at most %d", i, len,
+                          SRV_MAX_STOP_LEN);
         if (memchr(json_string_value(s), 0, len))
             return refuse(e, 422, "invalid_value", "'stop[%zu]' contains a NUL character", i);
-        if (!(p->stop[p->n_stop] = strdup(json_string_value(s)))) return refuse(e, 500, NULL, "out of memory");
+        if (!(p->stop[p->n_stop] = strdup(json_string_value(s))))
+            return refuse(e, 500, NULL, "out of memory");
         p->n_stop++;
     }
     return true;
@@ -162,22 +181,27 @@ static bool read_stop(const json_t *body, gen_params *p, api_err *e) {
 /* Features of the OpenAI API that reprise does not implement are refused by
  * name rather than silently ignored. A value that asks for nothing passes. */
 static bool read_unsupported(const json_t *body, api_err *e) {
-    static const char *const names[] = {"logprobs", "top_logprobs", "echo", "suffix", "best_of", "tools",
-                                        "functions", "tool_choice", "function_call", "logit_bias"};
+    static const char *const names[] = {"logprobs",      "top_logprobs", "echo",      "suffix",
+                                        "best_of",       "tools",        "functions", "tool_choice",
+                                        "function_call", "logit_bias"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         json_t *v = json_object_get(body, names[i]);
         if (!v || json_is_null(v) || json_is_false(v)) continue;
         if (json_is_array(v) && json_array_size(v) == 0) continue;
         if (json_is_object(v) && json_object_size(v) == 0) continue;
-        if (!strcmp(names[i], "best_of") && json_is_integer(v) && json_integer_value(v) == 1) continue;
-        if (!strcmp(names[i], "tool_choice") && json_is_string(v) && !strcmp(json_string_value(v), "none")) continue;
+        if (!strcmp(names[i], "best_of") && json_is_integer(v) && json_integer_value(v) == 1)
+            continue;
+        if (!strcmp(names[i], "tool_choice") && json_is_string(v) &&
+            !strcmp(json_string_value(v), "none"))
+            continue;
         return refuse(e, 422, "unsupported", "'%s' is not supported by this server", names[i]);
     }
     json_t *rf = json_object_get(body, "response_format");
     if (rf && !json_is_null(rf)) {
         json_t *ty = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
         if (!json_is_string(ty) || strcmp(json_string_value(ty), "text"))
-            return refuse(e, 422, "unsupported", "'response_format' other than {\"type\":\"text\"} is not supported");
+            return refuse(e, 422, "unsupported",
+                          "'response_format' other than {\"type\":\"text\"} is not supported");
     }
     return true;
 }
@@ -214,20 +238,24 @@ static int pick_entry(srv_server *srv, const json_t *body, api_err *e) {
     for (int i = 0; i < srv->n_entries; i++)
         if (!strcmp(srv->entries[i].name, json_string_value(m))) return i;
     rp_buf names = {0};
-    for (int i = 0; i < srv->n_entries; i++) rp_buf_printf(&names, "%s'%s'", i ? ", " : "", srv->entries[i].name);
-    refuse(e, 404, "model_not_found", "model '%.200s' is not served here (models: %s)", json_string_value(m),
-           names.data ? names.data : "");
+    for (int i = 0; i < srv->n_entries; i++)
+        rp_buf_printf(&names, "%s'%s'", i ? ", " : "", srv->entries[i].name);
+    refuse(e, 404, "model_not_found", "model '%.200s' is not served here (models: %s)",
+           json_string_value(m), names.data ? names.data : "");
     rp_buf_free(&names);
     return -1;
 }
 
 /* ---- prompts ---------------------------------------------------------------- */
 
-static bool tokenize_text(srv_server *srv, const char *text, size_t len, int32_t **toks, int *n, api_err *e) {
+static bool tokenize_text(srv_server *srv, const char *text, size_t len, int32_t **toks, int *n,
+                          api_err *e) {
     const rp_vocab *v = rp_model_vocab(srv->model);
     size_t k = 0;
     rp_status s = rp_tokenize(v, text, len, true, true, toks, &k);
-    if (s) return refuse(e, s == RP_ERR_NOMEM ? 500 : 422, "invalid_value", "cannot tokenize the prompt: %s", rp_last_error());
+    if (s)
+        return refuse(e, s == RP_ERR_NOMEM ? 500 : 422, "invalid_value",
+                      "cannot tokenize the prompt: %s", rp_last_error());
     /* a template that writes BOS itself plus the tokenizer's BOS: keep one */
     int32_t bos = rp_vocab_bos(v);
     if (k >= 2 && bos >= 0 && (*toks)[0] == bos && (*toks)[1] == bos) {
@@ -239,19 +267,23 @@ static bool tokenize_text(srv_server *srv, const char *text, size_t len, int32_t
     return true;
 }
 
-static bool token_array(srv_server *srv, const json_t *a, const char *what, int32_t **toks, int *n, api_err *e) {
+static bool token_array(srv_server *srv, const json_t *a, const char *what, int32_t **toks, int *n,
+                        api_err *e) {
     size_t k = json_array_size(a);
     int32_t nv = rp_vocab_n_tokens(rp_model_vocab(srv->model));
-    if (k > (size_t)INT_MAX / 2) return refuse(e, 400, "context_length_exceeded", "'%s' is too long", what);
+    if (k > (size_t)INT_MAX / 2)
+        return refuse(e, 400, "context_length_exceeded", "'%s' is too long", what);
     *toks = malloc((k ? k : 1) * sizeof **toks);
     if (!*toks) return refuse(e, 500, NULL, "out of memory");
     for (size_t i = 0; i < k; i++) {
         json_t *x = json_array_get(a, i);
         if (!json_is_integer(x))
-            return refuse(e, 400, "invalid_type", "'%s[%zu]' must be a token id (integer), got %s", what, i, json_kind(x));
+            return refuse(e, 400, "invalid_type", "'%s[%zu]' must be a token id (integer), got %s",
+                          what, i, json_kind(x));
         json_int_t id = json_integer_value(x);
         if (id < 0 || id >= nv)
-            return refuse(e, 422, "invalid_value", "'%s[%zu]' = %lld is outside the vocabulary (0..%d)", what, i,
+            return refuse(e, 422, "invalid_value",
+                          "'%s[%zu]' = %lld is outside the vocabulary (0..%d)", what, i,
                           (long long)id, nv - 1);
         (*toks)[i] = (int32_t)id;
     }
@@ -265,25 +297,31 @@ static bool read_prompt(srv_server *srv, const json_t *body, int32_t **toks, int
     if (!p || json_is_null(p)) return refuse(e, 400, "missing_field", "'prompt' is required");
     if (json_is_array(p) && json_array_size(p) > 0 && !json_is_integer(json_array_get(p, 0))) {
         if (json_array_size(p) > 1)
-            return refuse(e, 422, "unsupported", "'prompt' holds %zu prompts; send one prompt per request",
+            return refuse(e, 422, "unsupported",
+                          "'prompt' holds %zu prompts; send one prompt per request",
                           json_array_size(p));
         p = json_array_get(p, 0);
     }
-    if (json_is_string(p)) return tokenize_text(srv, json_string_value(p), json_string_length(p), toks, n, e);
+    if (json_is_string(p))
+        return tokenize_text(srv, json_string_value(p), json_string_length(p), toks, n, e);
     if (json_is_array(p)) return token_array(srv, p, "prompt", toks, n, e);
-    return refuse(e, 400, "invalid_type", "'prompt' must be a string or an array of token ids, got %s", json_kind(p));
+    return refuse(e, 400, "invalid_type",
+                  "'prompt' must be a string or an array of token ids, got %s", json_kind(p));
 }
 
 /* "messages" rendered through the chat template. */
 static bool read_messages(srv_server *srv, const json_t *body, int32_t **toks, int *n, api_err *e) {
     json_t *m = json_object_get(body, "messages");
     if (!m || json_is_null(m)) return refuse(e, 400, "missing_field", "'messages' is required");
-    if (!json_is_array(m)) return refuse(e, 400, "invalid_type", "'messages' must be an array, got %s", json_kind(m));
+    if (!json_is_array(m))
+        return refuse(e, 400, "invalid_type", "'messages' must be an array, got %s", json_kind(m));
     size_t k = json_array_size(m);
     if (k == 0) return refuse(e, 422, "invalid_value", "'messages' is empty");
     if (!srv->chat_ok)
-        return refuse(e, 400, "chat_template_unavailable", "this model has no usable chat template (%s); start the "
-                      "server with --chat-template NAME", srv->chat_err);
+        return refuse(e, 400, "chat_template_unavailable",
+                      "this model has no usable chat template (%s); start the "
+                      "server with --chat-template NAME",
+                      srv->chat_err);
     rp_chat_msg *msgs = calloc(k, sizeof *msgs);
     rp_buf *parts = calloc(k, sizeof *parts); /* content assembled from text parts */
     bool ok = msgs && parts;
@@ -291,7 +329,8 @@ static bool read_messages(srv_server *srv, const json_t *body, int32_t **toks, i
     for (size_t i = 0; ok && i < k; i++) {
         json_t *x = json_array_get(m, i);
         if (!json_is_object(x)) {
-            ok = refuse(e, 400, "invalid_type", "'messages[%zu]' must be an object, got %s", i, json_kind(x));
+            ok = refuse(e, 400, "invalid_type", "'messages[%zu]' must be an object, got %s", i,
+                        json_kind(x));
             break;
         }
         json_t *role = json_object_get(x, "role"), *content = json_object_get(x, "content");
@@ -302,7 +341,8 @@ static bool read_messages(srv_server *srv, const json_t *body, int32_t **toks, i
         const char *rs = json_string_value(role);
         if (!strcmp(rs, "developer")) rs = "system"; /* OpenAI's newer name for the system turn */
         if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant")) {
-            ok = refuse(e, 422, "invalid_value", "'messages[%zu].role' '%.40s' is not supported (system, user, assistant)",
+            ok = refuse(e, 422, "invalid_value",
+                        "'messages[%zu].role' '%.40s' is not supported (system, user, assistant)",
                         i, rs);
             break;
         }
@@ -311,7 +351,8 @@ static bool read_messages(srv_server *srv, const json_t *body, int32_t **toks, i
             msgs[i].content = "";
         } else if (json_is_string(content)) {
             if (memchr(json_string_value(content), 0, json_string_length(content))) {
-                ok = refuse(e, 422, "invalid_value", "'messages[%zu].content' contains a NUL character", i);
+                ok = refuse(e, 422, "invalid_value",
+                            "'messages[%zu].content' contains a NUL character", i);
                 break;
             }
             msgs[i].content = json_string_value(content);
@@ -320,9 +361,13 @@ static bool read_messages(srv_server *srv, const json_t *body, int32_t **toks, i
                 json_t *part = json_array_get(content, j);
                 json_t *ty = json_is_object(part) ? json_object_get(part, "type") : NULL;
                 json_t *tx = json_is_object(part) ? json_object_get(part, "text") : NULL;
-                if (!json_is_string(ty) || strcmp(json_string_value(ty), "text") || !json_is_string(tx)) {
-                    ok = refuse(e, 422, "unsupported", "'messages[%zu].content[%zu]': only {\"type\":\"text\",\"text\":...} "
-                                "parts are supported", i, j);
+                if (!json_is_string(ty) || strcmp(json_string_value(ty), "text") ||
+                    !json_is_string(tx)) {
+                    ok = refuse(
+                        e, 422, "unsupported",
+                        "'messages[%zu].content[%zu]': only {\"type\":\"text\",\"text\":...} "
+                        "parts are supported",
+                        i, j);
                     break;
                 }
                 if (!rp_buf_append(&parts[i], json_string_value(tx), strlen(json_string_value(tx))))
@@ -331,14 +376,17 @@ static bool read_messages(srv_server *srv, const json_t *body, int32_t **toks, i
             if (ok && !rp_buf_append(&parts[i], "", 1)) ok = refuse(e, 500, NULL, "out of memory");
             if (ok) msgs[i].content = parts[i].data;
         } else {
-            ok = refuse(e, 400, "invalid_type", "'messages[%zu].content' must be a string or an array of parts, got %s",
-                        i, json_kind(content));
+            ok = refuse(e, 400, "invalid_type",
+                        "'messages[%zu].content' must be a string or an array of parts, got %s", i,
+                        json_kind(content));
         }
     }
     char *text = NULL;
     if (ok) {
         rp_status s = rp_chat_apply(srv->model, srv->chat_template, msgs, k, true, &text);
-        if (s) ok = refuse(e, s == RP_ERR_NOMEM ? 500 : 422, "invalid_value", "chat template: %s", rp_last_error());
+        if (s)
+            ok = refuse(e, s == RP_ERR_NOMEM ? 500 : 422, "invalid_value", "chat template: %s",
+                        rp_last_error());
     }
     if (ok) ok = tokenize_text(srv, text, strlen(text), toks, n, e);
     free(text);
@@ -377,8 +425,8 @@ static const char *finish_reason(srv_finish f) {
 }
 
 static json_t *usage_json(const api_reply *a, const srv_task *t) {
-    return json_pack("{s:i,s:i,s:i}", "prompt_tokens", a->n_prompt, "completion_tokens", t->n_gen, "total_tokens",
-                     a->n_prompt + t->n_gen);
+    return json_pack("{s:i,s:i,s:i}", "prompt_tokens", a->n_prompt, "completion_tokens", t->n_gen,
+                     "total_tokens", a->n_prompt + t->n_gen);
 }
 
 static json_t *native_result(const api_reply *a, const srv_task *t, const char *text, size_t n) {
@@ -387,23 +435,27 @@ static json_t *native_result(const api_reply *a, const srv_task *t, const char *
     for (int i = 0; i < a->gp.n_stop; i++) json_array_append_new(stops, json_string(a->gp.stop[i]));
     double prompt_ms = (t->t_prompt - t->t_start) * 1e3, gen_ms = (t->t_end - t->t_prompt) * 1e3;
     json_t *settings = json_pack(
-        "{s:i,s:f,s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:I,s:o,s:b}", "n_predict", a->gp.n_predict, "temperature",
-        (double)a->gp.temperature, "top_k", a->gp.top_k, "top_p", (double)a->gp.top_p, "min_p", (double)a->gp.min_p,
-        "repeat_penalty", (double)a->gp.repeat_penalty, "repeat_last_n", a->gp.repeat_last_n, "presence_penalty",
-        (double)a->gp.presence_penalty, "frequency_penalty", (double)a->gp.frequency_penalty, "seed",
-        (json_int_t)a->gp.seed, "stop", stops, "stream", a->gp.stream);
-    json_t *timings = json_pack("{s:i,s:f,s:i,s:f,s:f}", "prompt_n", a->n_prompt, "prompt_ms", prompt_ms,
-                                "predicted_n", t->n_gen, "predicted_ms", gen_ms, "predicted_per_second",
-                                gen_ms > 0 ? t->n_gen * 1e3 / gen_ms : 0.0);
-    const char *word = t->finish == SRV_FIN_WORD && t->stop_index >= 0 ? a->gp.stop[t->stop_index] : "";
-    json_t *j = json_pack("{s:s%,s:b,s:s,s:i,s:i,s:s,s:s,s:b,s:o,s:o}", "content", text ? text : "", n, "stop", 1, "model",
-                     a->model, "tokens_predicted", t->n_gen, "tokens_evaluated", a->n_prompt, "stop_type",
-                     stop_type[t->finish], "stopping_word", word, "truncated", 0, "generation_settings", settings,
-                     "timings", timings);
+        "{s:i,s:f,s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:I,s:o,s:b}", "n_predict", a->gp.n_predict,
+        "temperature", (double)a->gp.temperature, "top_k", a->gp.top_k, "top_p",
+        (double)a->gp.top_p, "min_p", (double)a->gp.min_p, "repeat_penalty",
+        (double)a->gp.repeat_penalty, "repeat_last_n", a->gp.repeat_last_n, "presence_penalty",
+        (double)a->gp.presence_penalty, "frequency_penalty", (double)a->gp.frequency_penalty,
+        "seed", (json_int_t)a->gp.seed, "stop", stops, "stream", a->gp.stream);
+    json_t *timings = json_pack("{s:i,s:f,s:i,s:f,s:f}", "prompt_n", a->n_prompt, "prompt_ms",
+                                prompt_ms, "predicted_n", t->n_gen, "predicted_ms", gen_ms,
+                                "predicted_per_second", gen_ms > 0 ? t->n_gen * 1e3 / gen_ms : 0.0);
+    const char *word =
+        t->finish == SRV_FIN_WORD && t->stop_index >= 0 ? a->gp.stop[t->stop_index] : "";
+    json_t *j =
+        json_pack("{s:s%,s:b,s:s,s:i,s:i,s:s,s:s,s:b,s:o,s:o}", "content", text ? text : "", n,
+                  "stop", 1, "model", a->model, "tokens_predicted", t->n_gen, "tokens_evaluated",
+                  a->n_prompt, "stop_type", stop_type[t->finish], "stopping_word", word,
+                  "truncated", 0, "generation_settings", settings, "timings", timings);
     if (j && a->gp.return_tokens) {
         json_t *ids = json_array();
         const int32_t *v = (const int32_t *)t->tokens.data;
-        for (size_t i = 0; ids && i < t->tokens.len / sizeof *v; i++) json_array_append_new(ids, json_integer(v[i]));
+        for (size_t i = 0; ids && i < t->tokens.len / sizeof *v; i++)
+            json_array_append_new(ids, json_integer(v[i]));
         json_object_set_new(j, "tokens", ids);
     }
     return j;
@@ -416,14 +468,16 @@ static json_t *final_json(const api_reply *a, const srv_task *t) {
     if (a->kind == K_NATIVE) return native_result(a, t, text, n);
     json_t *choice;
     if (a->kind == K_CHAT)
-        choice = json_pack("{s:i,s:{s:s,s:s%},s:n,s:s}", "index", 0, "message", "role", "assistant", "content", text, n,
-                           "logprobs", "finish_reason", finish_reason(t->finish));
+        choice =
+            json_pack("{s:i,s:{s:s,s:s%},s:n,s:s}", "index", 0, "message", "role", "assistant",
+                      "content", text, n, "logprobs", "finish_reason", finish_reason(t->finish));
     else
-        choice = json_pack("{s:s%,s:i,s:n,s:s}", "text", text, n, "index", 0, "logprobs", "finish_reason",
-                           finish_reason(t->finish));
+        choice = json_pack("{s:s%,s:i,s:n,s:s}", "text", text, n, "index", 0, "logprobs",
+                           "finish_reason", finish_reason(t->finish));
     return json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o}", "id", a->id, "object",
-                     a->kind == K_CHAT ? "chat.completion" : "text_completion", "created", (json_int_t)a->created,
-                     "model", a->model, "choices", choice, "usage", usage_json(a, t));
+                     a->kind == K_CHAT ? "chat.completion" : "text_completion", "created",
+                     (json_int_t)a->created, "model", a->model, "choices", choice, "usage",
+                     usage_json(a, t));
 }
 
 static bool sse(rp_buf *out, json_t *j) {
@@ -443,9 +497,11 @@ static json_t *chunk_json(api_reply *a, const char *text, size_t n, const char *
         if (!a->role_sent) json_object_set_new(delta, "role", json_string("assistant"));
         if (!finish || !a->role_sent) json_object_set_new(delta, "content", json_stringn(text, n));
         a->role_sent = true;
-        choice = json_pack("{s:i,s:o,s:n,s:s?}", "index", 0, "delta", delta, "logprobs", "finish_reason", finish);
+        choice = json_pack("{s:i,s:o,s:n,s:s?}", "index", 0, "delta", delta, "logprobs",
+                           "finish_reason", finish);
     } else {
-        choice = json_pack("{s:s%,s:i,s:n,s:s?}", "text", text, n, "index", 0, "logprobs", "finish_reason", finish);
+        choice = json_pack("{s:s%,s:i,s:n,s:s?}", "text", text, n, "index", 0, "logprobs",
+                           "finish_reason", finish);
     }
     return json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", a->id, "object",
                      a->kind == K_CHAT ? "chat.completion.chunk" : "text_completion", "created",
@@ -455,20 +511,23 @@ static json_t *chunk_json(api_reply *a, const char *text, size_t n, const char *
 static bool emit(void *user, rp_buf *out, const char *text, size_t n, const srv_task *done) {
     api_reply *a = user;
     if (!done) {
-        if (a->kind == K_CHAT && !a->role_sent && !sse(out, chunk_json(a, "", 0, NULL))) return false;
+        if (a->kind == K_CHAT && !a->role_sent && !sse(out, chunk_json(a, "", 0, NULL)))
+            return false;
         return sse(out, chunk_json(a, text, n, NULL));
     }
     if (done->finish == SRV_FIN_ERROR) {
-        json_t *err = json_pack("{s:{s:s,s:s,s:s?}}", "error", "message", done->err_msg, "type",
-                                done->err_type ? done->err_type : "server_error", "code", done->err_code);
+        json_t *err =
+            json_pack("{s:{s:s,s:s,s:s?}}", "error", "message", done->err_msg, "type",
+                      done->err_type ? done->err_type : "server_error", "code", done->err_code);
         return sse(out, err);
     }
     if (a->kind == K_NATIVE) return sse(out, native_result(a, done, "", 0));
     if (!sse(out, chunk_json(a, "", 0, finish_reason(done->finish)))) return false;
     if (a->include_usage) {
         json_t *u = json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", a->id, "object",
-                              a->kind == K_CHAT ? "chat.completion.chunk" : "text_completion", "created",
-                              (json_int_t)a->created, "model", a->model, "choices", "usage", usage_json(a, done));
+                              a->kind == K_CHAT ? "chat.completion.chunk" : "text_completion",
+                              "created", (json_int_t)a->created, "model", a->model, "choices",
+                              "usage", usage_json(a, done));
         if (!sse(out, u)) return false;
     }
     return rp_buf_printf(out, "data: [DONE]\n\n");
@@ -492,7 +551,8 @@ static enum MHD_Result generate(srv_req *r, json_t *body, api_kind kind) {
     a->srv = srv;
     gen_params_init(&a->gp, kind == K_COMPLETIONS ? 16 : -1);
     int ei = pick_entry(srv, body, &e);
-    bool ok = ei >= 0 && read_unsupported(body, &e) && read_fields(body, g_sampling_fields, &a->gp, &e) &&
+    bool ok = ei >= 0 && read_unsupported(body, &e) &&
+              read_fields(body, g_sampling_fields, &a->gp, &e) &&
               read_fields(body, kind == K_NATIVE ? g_native_only : g_openai_only, &a->gp, &e) &&
               read_stop(body, &a->gp, &e);
     if (ok && kind != K_NATIVE) {
@@ -500,19 +560,23 @@ static enum MHD_Result generate(srv_req *r, json_t *body, api_kind kind) {
         if (so && !json_is_null(so)) {
             json_t *iu = json_is_object(so) ? json_object_get(so, "include_usage") : NULL;
             if (!json_is_object(so) || (iu && !json_is_boolean(iu)))
-                ok = refuse(&e, 400, "invalid_type", "'stream_options' must be {\"include_usage\": bool}");
+                ok = refuse(&e, 400, "invalid_type",
+                            "'stream_options' must be {\"include_usage\": bool}");
             else
                 a->include_usage = json_is_true(iu);
         }
     }
-    if (ok) ok = kind == K_CHAT ? read_messages(srv, body, &toks, &n_tok, &e) : read_prompt(srv, body, &toks, &n_tok, &e);
+    if (ok)
+        ok = kind == K_CHAT ? read_messages(srv, body, &toks, &n_tok, &e)
+                            : read_prompt(srv, body, &toks, &n_tok, &e);
     if (ok) {
         const srv_entry *en = &srv->entries[ei];
         if (n_tok == 0)
             ok = refuse(&e, 400, "invalid_value", "the prompt is empty");
         else if ((uint32_t)n_tok > en->n_ctx)
             ok = refuse(&e, 400, "context_length_exceeded",
-                        "the prompt has %d tokens, more than the context size of %u (raise -c)", n_tok, en->n_ctx);
+                        "the prompt has %d tokens, more than the context size of %u (raise -c)",
+                        n_tok, en->n_ctx);
     }
     if (ok && !(t = srv_task_new())) ok = refuse(&e, 500, NULL, "out of memory");
     if (!ok) {
@@ -525,7 +589,8 @@ static enum MHD_Result generate(srv_req *r, json_t *body, api_kind kind) {
     a->n_prompt = n_tok;
     a->created = (long long)time(NULL);
     uint64_t serial = atomic_fetch_add(&srv->counter, 1);
-    snprintf(a->id, sizeof a->id, "%s-%016llx", kind == K_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)mix64(serial));
+    snprintf(a->id, sizeof a->id, "%s-%016llx", kind == K_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)mix64(serial));
     if (a->gp.seed < 0) a->gp.seed = (int64_t)(mix64(serial ^ (uint64_t)(rp_time_s() * 1e9)) >> 1);
 
     t->entry = ei;
@@ -552,7 +617,8 @@ static enum MHD_Result generate(srv_req *r, json_t *body, api_kind kind) {
     if (!srv_submit(srv->engine, t)) {
         srv_release(srv->engine, t);
         reply_free(a);
-        return srv_reply_error(r, 503, "unavailable_error", "shutting_down", "the server is shutting down");
+        return srv_reply_error(r, 503, "unavailable_error", "shutting_down",
+                               "the server is shutting down");
     }
     if (a->gp.stream) return srv_reply_stream(r, t, emit, a, reply_free);
     enum MHD_Result ret;
@@ -567,16 +633,23 @@ static enum MHD_Result generate(srv_req *r, json_t *body, api_kind kind) {
     return ret;
 }
 
-enum MHD_Result api_completions(srv_req *r, json_t *body) { return generate(r, body, K_COMPLETIONS); }
-enum MHD_Result api_chat(srv_req *r, json_t *body) { return generate(r, body, K_CHAT); }
-enum MHD_Result api_native_completion(srv_req *r, json_t *body) { return generate(r, body, K_NATIVE); }
+enum MHD_Result api_completions(srv_req *r, json_t *body) {
+    return generate(r, body, K_COMPLETIONS);
+}
+enum MHD_Result api_chat(srv_req *r, json_t *body) {
+    return generate(r, body, K_CHAT);
+}
+enum MHD_Result api_native_completion(srv_req *r, json_t *body) {
+    return generate(r, body, K_NATIVE);
+}
 
 /* ---- tokenizer -------------------------------------------------------------- */
 
 static bool read_bool(const json_t *body, const char *name, bool *out, api_err *e) {
     json_t *v = json_object_get(body, name);
     if (!v || json_is_null(v)) return true;
-    if (!json_is_boolean(v)) return refuse(e, 400, "invalid_type", "'%s' must be a boolean, got %s", name, json_kind(v));
+    if (!json_is_boolean(v))
+        return refuse(e, 400, "invalid_type", "'%s' must be a boolean, got %s", name, json_kind(v));
     *out = json_is_true(v);
     return true;
 }
@@ -586,17 +659,24 @@ enum MHD_Result api_tokenize(srv_req *r, json_t *body) {
     api_err e = {0};
     bool add_special = false, parse_special = true, with_pieces = false;
     json_t *c = json_object_get(body, "content");
-    if (!c || json_is_null(c)) return reply_refusal(r, (refuse(&e, 400, "missing_field", "'content' is required"), &e));
+    if (!c || json_is_null(c))
+        return reply_refusal(r, (refuse(&e, 400, "missing_field", "'content' is required"), &e));
     if (!json_is_string(c))
-        return reply_refusal(r, (refuse(&e, 400, "invalid_type", "'content' must be a string, got %s", json_kind(c)), &e));
-    if (!read_bool(body, "add_special", &add_special, &e) || !read_bool(body, "parse_special", &parse_special, &e) ||
+        return reply_refusal(
+            r, (refuse(&e, 400, "invalid_type", "'content' must be a string, got %s", json_kind(c)),
+                &e));
+    if (!read_bool(body, "add_special", &add_special, &e) ||
+        !read_bool(body, "parse_special", &parse_special, &e) ||
         !read_bool(body, "with_pieces", &with_pieces, &e))
         return reply_refusal(r, &e);
     const rp_vocab *v = rp_model_vocab(srv->model);
     int32_t *toks = NULL;
     size_t n = 0;
-    rp_status s = rp_tokenize(v, json_string_value(c), json_string_length(c), add_special, parse_special, &toks, &n);
-    if (s) return srv_reply_error(r, 422, "invalid_request_error", "invalid_value", "cannot tokenize: %s", rp_last_error());
+    rp_status s = rp_tokenize(v, json_string_value(c), json_string_length(c), add_special,
+                              parse_special, &toks, &n);
+    if (s)
+        return srv_reply_error(r, 422, "invalid_request_error", "invalid_value",
+                               "cannot tokenize: %s", rp_last_error());
     json_t *arr = json_array();
     char piece[1024];
     for (size_t i = 0; arr && i < n; i++) {
@@ -609,7 +689,8 @@ enum MHD_Result api_tokenize(srv_req *r, json_t *body) {
         json_t *p = json_stringn(piece, (size_t)k); /* NULL when not valid UTF-8: give the bytes */
         if (!p) {
             p = json_array();
-            for (int j = 0; j < k; j++) json_array_append_new(p, json_integer((unsigned char)piece[j]));
+            for (int j = 0; j < k; j++)
+                json_array_append_new(p, json_integer((unsigned char)piece[j]));
         }
         json_array_append_new(arr, json_pack("{s:i,s:o}", "id", toks[i], "piece", p));
     }
@@ -621,9 +702,12 @@ enum MHD_Result api_detokenize(srv_req *r, json_t *body) {
     srv_server *srv = srv_req_server(r);
     api_err e = {0};
     json_t *a = json_object_get(body, "tokens");
-    if (!a || json_is_null(a)) return reply_refusal(r, (refuse(&e, 400, "missing_field", "'tokens' is required"), &e));
+    if (!a || json_is_null(a))
+        return reply_refusal(r, (refuse(&e, 400, "missing_field", "'tokens' is required"), &e));
     if (!json_is_array(a))
-        return reply_refusal(r, (refuse(&e, 400, "invalid_type", "'tokens' must be an array, got %s", json_kind(a)), &e));
+        return reply_refusal(
+            r, (refuse(&e, 400, "invalid_type", "'tokens' must be an array, got %s", json_kind(a)),
+                &e));
     int32_t *toks = NULL;
     int n = 0;
     if (!token_array(srv, a, "tokens", &toks, &n, &e)) {
@@ -654,8 +738,9 @@ enum MHD_Result api_health(srv_req *r, json_t *body) {
     int busy, queued, total = 0;
     srv_engine_counts(srv->engine, &busy, &queued);
     for (int i = 0; i < srv->n_entries; i++) total += srv->entries[i].n_slot;
-    return srv_reply_json(r, 200, json_pack("{s:s,s:i,s:i,s:i}", "status", "ok", "slots_idle", total - busy,
-                                            "slots_processing", busy, "requests_queued", queued));
+    return srv_reply_json(r, 200,
+                          json_pack("{s:s,s:i,s:i,s:i}", "status", "ok", "slots_idle", total - busy,
+                                    "slots_processing", busy, "requests_queued", queued));
 }
 
 /* A process's resident memory now and at its peak, from /proc (bytes; 0 if unknown). */
@@ -689,14 +774,15 @@ static json_t *plan_json(const srv_entry *en) {
     char *report = malloc((size_t)need + 1), *compact = malloc((size_t)fn + 1);
     if (report) rp_context_plan_report(c, report, (size_t)need + 1);
     if (compact) rp_plan_format(p, compact, (size_t)fn + 1);
-    json_t *j = json_pack("{s:s,s:s,s:i,s:i,s:s,s:o,s:o,s:i,s:i,s:f,s:f,s:I,s:I,s:s}", "kind", en->plan_kind, "spec",
-                          en->plan_spec, "n_layer", rp_model_n_layer(m), "n_eff", rp_context_n_eff(c), "eff_to_src_compact",
-                          compact ? compact : "", "eff_to_src", src, "seams", seams, "kv_slots", kv_plan,
-                          "kv_slots_identity", kv_id, "kv_growth", kv_id ? (double)kv_plan / kv_id : 1.0,
-                          "compute_growth", (double)p->n_eff / p->n_src, "state_bytes",
-                          (json_int_t)rp_context_state_bytes(c), "state_bytes_per_slot",
-                          (json_int_t)(rp_context_state_bytes(c) / (uint64_t)en->n_slot), "report",
-                          report ? report : "");
+    json_t *j = json_pack(
+        "{s:s,s:s,s:i,s:i,s:s,s:o,s:o,s:i,s:i,s:f,s:f,s:I,s:I,s:s}", "kind", en->plan_kind, "spec",
+        en->plan_spec, "n_layer", rp_model_n_layer(m), "n_eff", rp_context_n_eff(c),
+        "eff_to_src_compact", compact ? compact : "", "eff_to_src", src, "seams", seams, "kv_slots",
+        kv_plan, "kv_slots_identity", kv_id, "kv_growth", kv_id ? (double)kv_plan / kv_id : 1.0,
+        "compute_growth", (double)p->n_eff / p->n_src, "state_bytes",
+        (json_int_t)rp_context_state_bytes(c), "state_bytes_per_slot",
+        (json_int_t)(rp_context_state_bytes(c) / (uint64_t)en->n_slot), "report",
+        report ? report : "");
     free(report);
     free(compact);
     return j;
@@ -704,8 +790,8 @@ static json_t *plan_json(const srv_entry *en) {
 
 static json_t *entry_json(const srv_server *srv, const srv_entry *en) {
     (void)srv;
-    return json_pack("{s:s,s:i,s:i,s:o}", "id", en->name, "n_ctx", (int)en->n_ctx, "slots", en->n_slot, "plan",
-                     plan_json(en));
+    return json_pack("{s:s,s:i,s:i,s:o}", "id", en->name, "n_ctx", (int)en->n_ctx, "slots",
+                     en->n_slot, "plan", plan_json(en));
 }
 
 enum MHD_Result api_models(srv_req *r, json_t *body) {
@@ -716,11 +802,13 @@ enum MHD_Result api_models(srv_req *r, json_t *body) {
     for (int i = 0; i < srv->n_entries; i++) {
         const srv_entry *en = &srv->entries[i];
         json_array_append_new(
-            data, json_pack("{s:s,s:s,s:I,s:s,s:{s:s,s:i,s:i,s:i,s:I,s:I}}", "id", en->name, "object", "model",
-                            "created", (json_int_t)created, "owned_by", "reprise", "meta", "arch",
-                            rp_model_arch(srv->model), "n_ctx", (int)en->n_ctx, "n_layer", rp_model_n_layer(srv->model),
-                            "n_eff", rp_context_n_eff(en->ctx), "n_params", (json_int_t)rp_model_n_params(srv->model),
-                            "size", (json_int_t)rp_model_weight_bytes(srv->model)));
+            data,
+            json_pack("{s:s,s:s,s:I,s:s,s:{s:s,s:i,s:i,s:i,s:I,s:I}}", "id", en->name, "object",
+                      "model", "created", (json_int_t)created, "owned_by", "reprise", "meta",
+                      "arch", rp_model_arch(srv->model), "n_ctx", (int)en->n_ctx, "n_layer",
+                      rp_model_n_layer(srv->model), "n_eff", rp_context_n_eff(en->ctx), "n_params",
+                      (json_int_t)rp_model_n_params(srv->model), "size",
+                      (json_int_t)rp_model_weight_bytes(srv->model)));
     }
     return srv_reply_json(r, 200, json_pack("{s:s,s:o}", "object", "list", "data", data));
 }
@@ -746,15 +834,18 @@ enum MHD_Result api_props(srv_req *r, json_t *body) {
     rp_buf clean = {0};
     if (tmpl) utf8_append_valid(&clean, tmpl, strlen(tmpl));
     json_t *j = json_pack(
-        "{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:i,s:o,s:o,s:{s:f,s:i,s:f,s:f,s:i},s:{s:I,s:I,s:I,s:I},s:s?,s:s?,s:b,s:s}",
-        "model", en0->name, "model_path", srv->model_path, "model_desc", desc, "arch", rp_model_arch(srv->model),
-        "n_ctx", (int)en0->n_ctx, "n_ctx_train", rp_model_n_ctx_train(srv->model), "n_vocab",
-        rp_vocab_n_tokens(rp_model_vocab(srv->model)), "total_slots", total, "plan", plan_json(en0), "models", models,
-        "default_generation_settings", "temperature", (double)d.temp, "top_k", d.top_k, "top_p", (double)d.top_p,
-        "min_p", (double)d.min_p, "n_predict", -1, "memory", "weight_bytes",
-        (json_int_t)rp_model_weight_bytes(srv->model), "state_bytes", (json_int_t)state, "rss_bytes", (json_int_t)rss,
-        "peak_rss_bytes", (json_int_t)peak, "chat_template", clean.data, "chat_template_name", srv->chat_template,
-        "chat", srv->chat_ok, "build_info", "reprise " RP_VERSION);
+        "{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:i,s:o,s:o,s:{s:f,s:i,s:f,s:f,s:i},s:{s:I,s:I,s:I,s:I},s:s?,"
+        "s:s?,s:b,s:s}",
+        "model", en0->name, "model_path", srv->model_path, "model_desc", desc, "arch",
+        rp_model_arch(srv->model), "n_ctx", (int)en0->n_ctx, "n_ctx_train",
+        rp_model_n_ctx_train(srv->model), "n_vocab", rp_vocab_n_tokens(rp_model_vocab(srv->model)),
+        "total_slots", total, "plan", plan_json(en0), "models", models,
+        "default_generation_settings", "temperature", (double)d.temp, "top_k", d.top_k, "top_p",
+        (double)d.top_p, "min_p", (double)d.min_p, "n_predict", -1, "memory", "weight_bytes",
+        (json_int_t)rp_model_weight_bytes(srv->model), "state_bytes", (json_int_t)state,
+        "rss_bytes", (json_int_t)rss, "peak_rss_bytes", (json_int_t)peak, "chat_template",
+        clean.data, "chat_template_name", srv->chat_template, "chat", srv->chat_ok, "build_info",
+        "reprise " RP_VERSION);
     rp_buf_free(&clean);
     return srv_reply_json(r, 200, j);
 }

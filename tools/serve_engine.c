@@ -15,17 +15,17 @@
  * which is also read under the lock by srv_engine_counts. */
 typedef struct srv_slot {
     int seq;
-    srv_task *task;  /* NULL: free */
+    srv_task *task; /* NULL: free */
     rp_sampler *smp;
-    uint64_t order;  /* admission order: prompt chunks go first come, first served */
-    int n_fed;       /* prompt tokens decoded so far */
-    int n_chunk;     /* prompt tokens in the batch being decoded */
-    bool gen;        /* the prompt is decoded; `tok` is the next token to decode */
+    uint64_t order; /* admission order: prompt chunks go first come, first served */
+    int n_fed;      /* prompt tokens decoded so far */
+    int n_chunk;    /* prompt tokens in the batch being decoded */
+    bool gen;       /* the prompt is decoded; `tok` is the next token to decode */
     int32_t tok;
-    int row;         /* batch row whose logits this slot samples from, or -1 */
+    int row; /* batch row whose logits this slot samples from, or -1 */
     int n_gen;
-    rp_buf text;     /* generated text, raw bytes */
-    size_t sent;     /* bytes of text already published to the task */
+    rp_buf text; /* generated text, raw bytes */
+    size_t sent; /* bytes of text already published to the task */
 } srv_slot;
 
 struct srv_engine {
@@ -131,7 +131,8 @@ static void task_unref_locked(srv_task *t) {
     free(t);
 }
 
-static void task_fail_locked(srv_task *t, int http, const char *type, const char *code, const char *msg) {
+static void task_fail_locked(srv_task *t, int http, const char *type, const char *code,
+                             const char *msg) {
     if (t->done) return;
     t->finish = SRV_FIN_ERROR;
     t->err_http = http;
@@ -143,8 +144,12 @@ static void task_fail_locked(srv_task *t, int http, const char *type, const char
     pthread_cond_broadcast(&t->cv);
 }
 
-void srv_lock(srv_engine *e) { pthread_mutex_lock(&e->mu); }
-void srv_unlock(srv_engine *e) { pthread_mutex_unlock(&e->mu); }
+void srv_lock(srv_engine *e) {
+    pthread_mutex_lock(&e->mu);
+}
+void srv_unlock(srv_engine *e) {
+    pthread_mutex_unlock(&e->mu);
+}
 
 void srv_wait_locked(srv_engine *e, srv_task *t, size_t have, double until) {
     while (!t->done && t->out.len <= have) {
@@ -238,10 +243,12 @@ static void reap_locked(srv_engine *e) {
             if (t->cancel)
                 task_fail_locked(t, 499, "cancelled", "cancelled", "the request was cancelled");
             else if (t->deadline > 0 && now >= t->deadline)
-                task_fail_locked(t, 504, "timeout_error", "timeout", "the request ran past the server's --timeout");
+                task_fail_locked(t, 504, "timeout_error", "timeout",
+                                 "the request ran past the server's --timeout");
             else if (grace_over)
-                task_fail_locked(t, 503, "unavailable_error", "shutting_down",
-                                 "the server is shutting down and the request did not finish in time");
+                task_fail_locked(
+                    t, 503, "unavailable_error", "shutting_down",
+                    "the server is shutting down and the request did not finish in time");
             else
                 continue;
             slot_release_locked(e, en, s);
@@ -254,9 +261,11 @@ static void reap_locked(srv_engine *e) {
         if (t->cancel)
             task_fail_locked(t, 499, "cancelled", "cancelled", "the request was cancelled");
         else if (e->stopping)
-            task_fail_locked(t, 503, "unavailable_error", "shutting_down", "the server is shutting down");
+            task_fail_locked(t, 503, "unavailable_error", "shutting_down",
+                             "the server is shutting down");
         else if (t->deadline > 0 && now >= t->deadline)
-            task_fail_locked(t, 504, "timeout_error", "timeout", "the request waited for a slot past --timeout");
+            task_fail_locked(t, 504, "timeout_error", "timeout",
+                             "the request waited for a slot past --timeout");
         else
             drop = false;
         if (drop) {
@@ -293,7 +302,8 @@ static void admit_locked(srv_engine *e) {
         }
         s->smp = rp_sampler_new(&t->sp, rp_n_vocab(en->ctx));
         if (!s->smp) {
-            task_fail_locked(t, 500, "server_error", "internal_error", "out of memory creating the sampler");
+            task_fail_locked(t, 500, "server_error", "internal_error",
+                             "out of memory creating the sampler");
             task_unref_locked(t);
             t = next;
             continue;
@@ -331,7 +341,8 @@ static size_t stop_holdback(const srv_task *t, const char *text, size_t n) {
 
 /* Publishes the new text of slot s and its new token tok (-1: none), and the
  * end of its task when fin is set; then frees the slot if the task ended. */
-static void publish(srv_engine *e, srv_entry *en, srv_slot *s, int32_t tok, srv_finish fin, int stop_index) {
+static void publish(srv_engine *e, srv_entry *en, srv_slot *s, int32_t tok, srv_finish fin,
+                    int stop_index) {
     srv_task *t = s->task;
     size_t end = s->text.len;
     if (fin == SRV_FIN_NONE) {
@@ -392,7 +403,8 @@ static void on_logits(srv_engine *e, srv_entry *en, srv_slot *s, const float *lo
     size_t best = SIZE_MAX;
     int which = -1;
     for (int i = 0; i < t->n_stop; i++) {
-        const char *hit = memmem(s->text.data + from, s->text.len - from, t->stop[i], strlen(t->stop[i]));
+        const char *hit =
+            memmem(s->text.data + from, s->text.len - from, t->stop[i], strlen(t->stop[i]));
         if (hit && (size_t)(hit - s->text.data) < best) {
             best = (size_t)(hit - s->text.data);
             which = i;
