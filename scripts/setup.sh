@@ -37,6 +37,6 @@ fi
 VENV="$(cd "$(dirname "$0")/.." && pwd)/build/venv"
 if [ "${REPRISE_SKIP_PY:-0}" != 1 ] && [ ! -x "$VENV/bin/python" -o ! -e "$VENV/.ok" ]; then
     python3 -m venv "$VENV" >/dev/null 2>&1 && "$VENV/bin/pip" install -q openai >/dev/null 2>&1 && touch "$VENV/.ok" \
-        || echo "setup: could not install the openai client (its test will report itself skipped)"
+        || echo "setup: could not install the openai client (tests/cli/serve.sh will fail its openai_client check)"
 fi
 exit 0

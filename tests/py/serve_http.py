@@ -490,12 +490,16 @@ def group_load():
     per = int(os.environ.get("PER_CLIENT", "10"))
     rss_limit = int(os.environ.get("RSS_GROWTH_KIB", "8192"))
     pid = int(os.environ["SERVER_PID"])
-    n = 16
+    n = int(os.environ.get("N_TOKENS", "16"))
     chat_msgs = [{"role": "user", "content": "Tell me a story."}]
     # references first, one at a time: every answer under load must equal them
-    want = {p: completion(p, n)[1]["choices"][0]["text"] for p in PROMPTS}
-    want_chat = post("/v1/chat/completions", {"messages": chat_msgs, "max_tokens": n, "temperature": 0})[1]
-    want_chat = want_chat["choices"][0]["message"]["content"]
+    ref = {p: completion(p, n)[1] for p in PROMPTS}
+    want = {p: r["choices"][0]["text"] for p, r in ref.items()}
+    n_tok = {p: r["usage"]["completion_tokens"] for p, r in ref.items()}
+    ref_chat = post("/v1/chat/completions", {"messages": chat_msgs, "max_tokens": n, "temperature": 0})[1]
+    want_chat = ref_chat["choices"][0]["message"]["content"]
+    n_tok["chat"] = ref_chat["usage"]["completion_tokens"]
+    generated = [0]
 
     lat, errors, lock = [], [], threading.Lock()
 
@@ -535,6 +539,8 @@ def group_load():
             lat.append(dt)
             if not good:
                 errors.append((kind, p, str(j)[:200]))
+            else:
+                generated[0] += n_tok["chat" if kind == 3 else p]
         return good
 
     def client(i, reps):
@@ -558,15 +564,17 @@ def group_load():
     rss0 = rss_kib(pid)
     lat.clear()
     errors.clear()
+    generated[0] = 0
     wall = round_(per)
     rss1 = rss_kib(pid)
     total = clients * per
     lat.sort()
     p50 = lat[len(lat) // 2] * 1e3 if lat else 0
     p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e3 if lat else 0
-    print("info load: %d clients x %d requests = %d, %d failures, %.1f s, %.1f req/s, p50 %.0f ms, p99 %.0f ms, "
-          "VmRSS %d -> %d KiB (%+d), VmHWM %d KiB" % (clients, per, total, len(errors), wall, total / wall, p50, p99,
-                                                     rss0, rss1, rss1 - rss0, hwm_kib(pid)), flush=True)
+    print("info load: %d clients x %d requests = %d (%d tokens each), %d failures, %.1f s, %.1f req/s, "
+          "%.0f generated tokens/s, p50 %.0f ms, p99 %.0f ms, VmRSS %d -> %d KiB (%+d), VmHWM %d KiB"
+          % (clients, per, total, n, len(errors), wall, total / wall, generated[0] / wall, p50, p99, rss0, rss1,
+             rss1 - rss0, hwm_kib(pid)), flush=True)
     check("load_all_answered", len(lat) == total and not errors, errors[:3])
     check("load_rss_stable", rss1 - rss0 < rss_limit, "VmRSS grew %d KiB (limit %d)" % (rss1 - rss0, rss_limit))
     check("load_leaves_idle", wait_idle() is not None, health())
