@@ -818,7 +818,9 @@ static rp_status synth_qwen35(rp_synth *s, const rp_synth_params *p) {
     const int nextn = p->n_nextn < 0 ? 0 : p->n_nextn ? p->n_nextn : 1;
     const int n_rot = p->n_rot ? p->n_rot : RP_MAX(2, hd / 4 / 2 * 2);
     const int half = n_rot / 2, s2 = half / 3, s0 = (half - s2 + 1) / 2, s1 = half - s2 - s0;
-    if (hv % hk || n_rot > hd || n_rot % 2 || ds > RP_DELTA_MAX_D)
+    if (p->ssm_heads < 0 || p->ssm_groups < 0 || p->ssm_state < 0 || p->ssm_conv < 0 ||
+        p->attn_interval < 0 || p->n_rot < 0 || p->n_nextn < -1 || hv > 4096 || hk > 4096 ||
+        dconv > 64 || nextn > 16 || hv % hk || n_rot > hd || n_rot % 2 || ds > RP_DELTA_MAX_D)
         return rp_fail(RP_ERR_INVALID_ARG,
                        "synth qwen35: inconsistent recurrent shape (value heads %d, key heads %d, "
                        "state %d, rotary %d "

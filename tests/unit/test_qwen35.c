@@ -7,6 +7,7 @@
 #include "golden.h"
 #include "model.h"
 #include "test.h"
+#include "util.h"
 
 #include <math.h>
 #include <string.h>
@@ -454,5 +455,215 @@ void test_qwen35_mtp_head(void) {
     rp_qwen35_mtp_free(h1);
     rp_qwen35_mtp_free(h2);
     rp_context_free(c);
+    rp_model_free(m);
+}
+
+/* ---- files ------------------------------------------------------------------ */
+
+typedef struct variant {
+    const char *key; /* metadata key to set (u32 scalar, or u32 array when arr) */
+    uint32_t u;
+    const uint32_t *arr;
+    int n_arr;
+    int arr_type;       /* element type of arr (RP_GGUF_UINT32 default) */
+    const char *drop;   /* tensor left out */
+    const char *to_f16; /* 2-D F32 tensor stored as F16 */
+    bool f16_values;    /* keep it F32, holding the values F16 rounding gives */
+} variant;
+
+/* A copy of qwen35-tiny with one change, in the test's scratch folder. */
+static const char *write_variant(const char *name, const variant *v) {
+    rp_gguf *g;
+    if (rp_gguf_open(test_shared(Q35), &g)) return NULL;
+    rp_gguf_writer *w = rp_gguf_writer_new();
+    rp_status s = rp_gguf_w_copy_kv(w, g);
+    uint16_t *half = NULL;
+    if (!s && v->key && v->arr)
+        s = rp_gguf_w_set_arr(w, v->key, v->arr_type ? v->arr_type : RP_GGUF_UINT32, v->arr,
+                              (uint64_t)v->n_arr);
+    else if (!s && v->key)
+        s = rp_gguf_w_set_u32(w, v->key, v->u);
+    for (uint64_t i = 0; !s && i < rp_gguf_n_tensors(g); i++) {
+        const rp_gguf_tensor *t = rp_gguf_tensor_at(g, i);
+        if (v->drop && !strcmp(t->name, v->drop)) continue;
+        if (v->to_f16 && !strcmp(t->name, v->to_f16)) {
+            const size_t n = (size_t)(t->ne[0] * t->ne[1]);
+            half = malloc(n * sizeof(float));
+            for (size_t k = 0; k < n; k++) {
+                const uint16_t h = rp_fp32_to_fp16(((const float *)t->data)[k]);
+                if (v->f16_values)
+                    ((float *)half)[k] = rp_fp16_to_fp32(h);
+                else
+                    half[k] = h;
+            }
+            s = rp_gguf_w_add_tensor(w, t->name, v->f16_values ? RP_TYPE_F32 : RP_TYPE_F16,
+                                     t->n_dims, t->ne, half);
+            continue;
+        }
+        s = rp_gguf_w_add_tensor(w, t->name, (int)t->type, t->n_dims, t->ne, t->data);
+    }
+    const char *path = test_tmp(name);
+    if (!s) s = rp_gguf_w_write(w, path, NULL, NULL);
+    rp_gguf_writer_free(w);
+    rp_gguf_close(g);
+    free(half);
+    return s ? NULL : path;
+}
+
+static void expect_refused(const char *name, const variant *v, const char *msg) {
+    const char *path = write_variant(name, v);
+    REQUIRE(path, "%s: could not write the variant", name);
+    rp_model *m = NULL;
+    rp_status s = rp_model_load(path, NULL, &m);
+    CHECK(s != RP_OK && !m && strstr(rp_last_error(), msg),
+          "%s: status %d, message '%s' (want '%s')", name, s, rp_last_error(), msg);
+    rp_model_free(m);
+}
+
+/* Last-row logits of a fixed prompt. */
+static bool tail_logits(const char *path, float *out) {
+    rp_model *m;
+    rp_context *c;
+    if (!test_open(path, NULL, 64, &m, &c)) return false;
+    int32_t t[16];
+    make_tokens(t, 16, 5);
+    rp_batch b = {.n_tokens = 16, .token = t};
+    bool ok = rp_decode(c, &b) == RP_OK;
+    if (ok) memcpy(out, rp_get_logits(c, 15), 512 * sizeof(float));
+    rp_context_free(c);
+    rp_model_free(m);
+    return ok;
+}
+
+void test_qwen35_files(void) {
+    expect_refused("inner.gguf", &(variant){.key = "qwen35.ssm.inner_size", .u = 100},
+                   "ssm.inner_size 100");
+    expect_refused("groups.gguf", &(variant){.key = "qwen35.ssm.group_count", .u = 3},
+                   "not a multiple");
+    expect_refused("state.gguf", &(variant){.key = "qwen35.ssm.state_size", .u = 5000},
+                   "ssm.state_size");
+    expect_refused("noa.gguf", &(variant){.drop = "blk.1.ssm_a"}, "missing tensor 'blk.1.ssm_a'");
+    expect_refused("nohead.gguf", &(variant){.drop = "blk.8.nextn.eh_proj.weight"},
+                   "blk.8.nextn.eh_proj.weight");
+    const uint32_t five[5] = {1, 1, 1, 0, 1};
+    expect_refused("rl5.gguf",
+                   &(variant){.key = "qwen35.attention.recurrent_layers", .arr = five, .n_arr = 5},
+                   "has 5 entries");
+    const uint32_t head_rec[9] = {1, 1, 1, 0, 1, 1, 1, 0, 1};
+    expect_refused(
+        "rlhead.gguf",
+        &(variant){.key = "qwen35.attention.recurrent_layers", .arr = head_rec, .n_arr = 9},
+        "NextN/MTP head layer");
+    /* an explicit array that makes layer 2 attention: its attention tensors are missing */
+    const uint32_t l2[9] = {1, 1, 0, 0, 1, 1, 1, 0, 0};
+    expect_refused("rl2.gguf",
+                   &(variant){.key = "qwen35.attention.recurrent_layers", .arr = l2, .n_arr = 9},
+                   "missing tensor 'blk.2.attn_q.weight'");
+    const int32_t sec[4] = {0, 0, 0, 5};
+    expect_refused("sec.gguf",
+                   &(variant){.key = "qwen35.rope.dimension_sections",
+                              .arr = (const uint32_t *)sec,
+                              .n_arr = 4,
+                              .arr_type = RP_GGUF_INT32},
+                   "dimension_sections");
+
+    /* the explicit array equal to the interval pattern (any integer or bool
+     * element type) runs the same bits */
+    float base[512], got[512];
+    REQUIRE(tail_logits(test_shared(Q35), base), "original");
+    const uint32_t same[9] = {1, 1, 1, 0, 1, 1, 1, 0, 0};
+    const char *p = write_variant(
+        "rl.gguf", &(variant){.key = "qwen35.attention.recurrent_layers", .arr = same, .n_arr = 9});
+    REQUIRE(p && tail_logits(p, got), "explicit recurrent_layers");
+    CHECK(!memcmp(base, got, sizeof base), "explicit recurrent_layers changes the logits");
+    const int8_t same_b[9] = {1, 1, 1, 0, 1, 1, 1, 0, 0};
+    p = write_variant("rlb.gguf", &(variant){.key = "qwen35.attention.recurrent_layers",
+                                             .arr = (const uint32_t *)same_b,
+                                             .n_arr = 9,
+                                             .arr_type = RP_GGUF_BOOL});
+    REQUIRE(p && tail_logits(p, got), "bool recurrent_layers");
+    CHECK(!memcmp(base, got, sizeof base), "bool recurrent_layers changes the logits");
+    /* a conv kernel stored as F16 is read as exactly the floats it holds */
+    p = write_variant("convf16.gguf", &(variant){.to_f16 = "blk.0.ssm_conv1d.weight"});
+    REQUIRE(p && tail_logits(p, got), "F16 conv kernel");
+    CHECK(memcmp(base, got, sizeof base), "F16 conv kernel: no change at all");
+    p = write_variant("convr.gguf",
+                      &(variant){.to_f16 = "blk.0.ssm_conv1d.weight", .f16_values = true});
+    REQUIRE(p && tail_logits(p, base), "F32 conv kernel with F16 values");
+    CHECK(!memcmp(base, got, sizeof base),
+          "F16 conv kernel differs from its values in F32: max |delta| %.3g",
+          test_max_abs_diff(base, got, 512));
+}
+
+/* A synthesized Qwen3.5-shaped model at Q8_0: layer kinds from the interval,
+ * the head after the trunk, prompt in one batch == token by token, the head
+ * runs. */
+void test_qwen35_synth(void) {
+    rp_synth_params sp = rp_synth_default_params();
+    sp.arch = "qwen35";
+    sp.n_embd = 128;
+    sp.n_layer = 6;
+    sp.n_head = 2;
+    sp.n_head_kv = 1;
+    sp.head_dim = 64;
+    sp.n_ff = 256;
+    sp.n_vocab = 400;
+    sp.type = RP_TYPE_Q8_0;
+    sp.attn_interval = 3;
+    const char *path = test_tmp("q35synth.gguf");
+    REQUIRE(rp_synth_write(&sp, path, NULL, NULL) == RP_OK, "%s", rp_last_error());
+    rp_model *m;
+    REQUIRE(rp_model_load(path, NULL, &m) == RP_OK, "%s", rp_last_error());
+    CHECK(rp_model_n_layer(m) == 6 && rp_model_n_layer_total(m) == 7, "trunk %d / total %d",
+          rp_model_n_layer(m), rp_model_n_layer_total(m));
+    for (int l = 0; l < 7; l++)
+        CHECK((m->info[l].kind == RP_LAYER_RECURRENT) == (l < 6 && (l + 1) % 3 != 0),
+              "layer %d kind %s", l, rp_layer_kind_name(m->info[l].kind));
+    /* defaults: value heads 2 n_head, key heads alike, state min(128, head_dim), rotary a quarter
+     */
+    CHECK(m->info[0].rec_floats == (size_t)(3 * (2 * 4 * 64 + 4 * 64) + 4 * 64 * 64),
+          "rec floats %zu", m->info[0].rec_floats);
+    CHECK(m->hp.rope[0].n_rot == 16, "n_rot %d", m->hp.rope[0].n_rot);
+    enum { N = 20 };
+    int32_t t[N];
+    make_tokens(t, N, 6);
+    for (int i = 0; i < N; i++) t[i] %= 400;
+    float *ref = malloc((size_t)N * 400 * sizeof(float)),
+          *got = malloc((size_t)N * 400 * sizeof(float));
+    rp_context *c1, *c2;
+    REQUIRE(open_ctx(m, NULL, NULL, 64, 64, 1, true, &c1) &&
+                open_ctx(m, NULL, NULL, 64, 64, 1, false, &c2),
+            "ctx");
+    REQUIRE(run_chunks(c1, t, N, N, ref) && run_chunks(c2, t, N, 1, got), "decode");
+    CHECK(test_max_abs_diff(ref, got, (size_t)N * 400) <= 1e-5,
+          "Q8_0 batch vs sequential: max |delta| %.3g",
+          test_max_abs_diff(ref, got, (size_t)N * 400));
+    rp_qwen35_mtp *h;
+    REQUIRE(rp_qwen35_mtp_new(c1, &h) == RP_OK, "%s", rp_last_error());
+    int32_t pos = 0;
+    rp_qwen35_mtp_batch mb = {.n = 1,
+                              .token = t + 1,
+                              .hidden = rp_get_hidden(c1, 0),
+                              .hidden_raw = true,
+                              .pos = &pos,
+                              .logits = got};
+    CHECK(rp_qwen35_mtp_decode(h, &mb) == RP_OK && isfinite(got[0]),
+          "head on the synthetic model: %s", rp_last_error());
+    rp_qwen35_mtp_free(h);
+    rp_context_free(c1);
+    rp_context_free(c2);
+    free(ref);
+    free(got);
+    rp_model_free(m);
+
+    /* no head: the head cannot be made */
+    sp.n_nextn = -1;
+    REQUIRE(rp_synth_write(&sp, path, NULL, NULL) == RP_OK, "%s", rp_last_error());
+    REQUIRE(rp_model_load(path, NULL, &m) == RP_OK, "%s", rp_last_error());
+    REQUIRE(open_ctx(m, NULL, NULL, 16, 16, 1, false, &c1), "ctx");
+    CHECK(rp_model_n_layer_total(m) == 6 && rp_qwen35_mtp_new(c1, &h) == RP_ERR_UNSUPPORTED &&
+              strstr(rp_last_error(), "no NextN"),
+          "%s", rp_last_error());
+    rp_context_free(c1);
     rp_model_free(m);
 }
