@@ -318,9 +318,7 @@ static bool read_messages(srv_server *srv, const json_t *body, int32_t **toks, i
     size_t k = json_array_size(m);
     if (k == 0) return refuse(e, 422, "invalid_value", "'messages' is empty");
     if (!srv->chat_ok)
-        return refuse(e, 400, "chat_template_unavailable",
-                      "this model has no usable chat template (%s); start the "
-                      "server with --chat-template NAME",
+        return refuse(e, 400, "chat_template_unavailable", "chat is unavailable on this server: %s",
                       srv->chat_err);
     rp_chat_msg *msgs = calloc(k, sizeof *msgs);
     rp_buf *parts = calloc(k, sizeof *parts); /* content assembled from text parts */

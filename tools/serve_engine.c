@@ -49,47 +49,53 @@ struct srv_engine {
 
 /* ---- UTF-8 ------------------------------------------------------------------ */
 
-/* Length of the valid sequence starting at s[0..n), 0 if invalid, or -k when
- * the bytes so far are a valid prefix of a k-byte sequence cut off by n. */
-static int utf8_seq(const unsigned char *s, size_t n) {
+/* The UTF-8 sequence starting at s[0..n): returns how many of its leading
+ * bytes are a valid prefix (at least the lead byte when that is valid) and
+ * sets *len to the length the lead byte announces (0: not a lead byte). The
+ * sequence is whole when the result equals *len; cut off by n when it equals
+ * n < *len; otherwise invalid, and that prefix is replaced by one U+FFFD (the
+ * "maximal subpart" rule of Unicode, which Python and browsers follow). */
+static size_t utf8_scan(const unsigned char *s, size_t n, size_t *len) {
     unsigned c = s[0];
-    if (c < 0x80) return 1;
-    int len;
     unsigned lo = 0x80, hi = 0xBF; /* range of the second byte */
-    if (c >= 0xC2 && c <= 0xDF)
-        len = 2;
+    if (c < 0x80)
+        *len = 1;
+    else if (c >= 0xC2 && c <= 0xDF)
+        *len = 2;
     else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
+        *len = 3;
         if (c == 0xE0) lo = 0xA0; /* no overlongs */
         if (c == 0xED) hi = 0x9F; /* no surrogates */
     } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
+        *len = 4;
         if (c == 0xF0) lo = 0x90;
         if (c == 0xF4) hi = 0x8F; /* <= U+10FFFF */
-    } else
+    } else {
+        *len = 0;
         return 0;
-    for (int i = 1; i < len; i++) {
-        if ((size_t)i >= n) return -len;
-        unsigned b = s[i];
-        if (i == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return 0;
     }
-    return len;
+    size_t k = 1;
+    for (; k < *len && k < n; k++) {
+        unsigned b = s[k];
+        if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) break;
+    }
+    return k;
 }
 
 bool utf8_append_valid(rp_buf *b, const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0, run = 0; /* valid bytes not yet copied start at i - run */
     while (i < n) {
-        int k = utf8_seq(u + i, n - i);
-        if (k > 0) {
-            i += (size_t)k;
-            run += (size_t)k;
+        size_t len, k = utf8_scan(u + i, n - i, &len);
+        if (len && k == len) {
+            i += k;
+            run += k;
             continue;
         }
         if (run && !rp_buf_append(b, s + i - run, run)) return false;
         run = 0;
         if (!rp_buf_append(b, "\xEF\xBF\xBD", 3)) return false;
-        i++;
+        i += k ? k : 1;
     }
     return !run || rp_buf_append(b, s + n - run, run);
 }
@@ -99,7 +105,8 @@ size_t utf8_incomplete_tail(const char *s, size_t n) {
     for (size_t k = 1; k <= 3 && k <= n; k++) {
         unsigned c = u[n - k];
         if (c >= 0x80 && c < 0xC0) continue; /* continuation byte: look further back */
-        return utf8_seq(u + n - k, k) < 0 ? k : 0;
+        size_t len;
+        return utf8_scan(u + n - k, k, &len) == k && k < len ? k : 0;
     }
     return 0;
 }

@@ -12,10 +12,10 @@ export BIN MODEL="$M" MODEL_ID="stories260K.gguf" GOLDEN_TOKENS="$(cat "$S/golde
 ASAN=0
 if nm "$BIN" 2>/dev/null | grep -q __asan_init; then ASAN=1; fi
 
-# start_server NAME ARGS...: sets PORT and PID (the log is $T/NAME.err)
+# start_server NAME ARGS...: sets PORT and PID (the log is $T/NAME.err); SMODEL overrides the model
 start_server() {
     local name=$1; shift
-    "$BIN" serve -m "$M" --port 0 -t 1 "$@" > "$T/$name.out" 2> "$T/$name.err" &
+    "$BIN" serve -m "${SMODEL:-$M}" --port 0 -t 1 "$@" > "$T/$name.out" 2> "$T/$name.err" &
     PID=$!
     PIDS+=("$PID")
     PORT=""
@@ -95,6 +95,12 @@ fi
 if start_server C -np 1 -c 8192 --timeout 1; then
     checks timeout
     stop_server C
+fi
+
+# ---- F: byte tokens that are not UTF-8 by themselves (random weights)
+if SMODEL="$S/models/synth/qwen3-tiny-Q8_0.gguf" start_server F -np 2 -c 512; then
+    checks bytes MODEL="$S/models/synth/qwen3-tiny-Q8_0.gguf"
+    stop_server F
 fi
 
 # ---- D, E: SIGTERM with requests in flight (running ones finish / are cut at --grace)

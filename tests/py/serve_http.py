@@ -365,6 +365,34 @@ def group_errors():
     c.close()
     expect("err_body_too_large_chunked", 413, r, "request_too_large")
 
+    # mutated bodies (bounded, seeded): an answer of the documented kinds, never a crash
+    import random
+    rnd = random.Random(8)
+    seeds = [json.dumps({"prompt": "Once upon", "max_tokens": 4, "temperature": 0.5, "stop": ["a", "b"],
+                         "top_k": 3, "seed": 1}).encode(),
+             json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": True}).encode(),
+             json.dumps({"prompt": [1, 403, 407], "n_predict": 3, "min_p": 0.1}).encode()]
+    paths = ["/v1/completions", "/v1/chat/completions", "/completion"]
+    bad = []
+    for i in range(300):
+        k = rnd.randrange(3)
+        b = bytearray(seeds[k])
+        for _ in range(rnd.randint(1, 4)):
+            op, at = rnd.randrange(3), rnd.randrange(len(b))
+            if op == 0:
+                b[at] = rnd.randrange(256)
+            elif op == 1:
+                del b[at]
+            else:
+                b.insert(at, rnd.choice(b'{}[]",:0123456789-.eE\\ntfu'))
+        try:
+            st, j, raw = post(paths[k], None, raw=bytes(b))
+            if st not in (200, 400, 404, 422) or (st != 200 and not is_error_body(j)):
+                bad.append((st, bytes(b)[:80], raw[:120]))
+        except Exception as ex:  # noqa: BLE001
+            bad.append(("exception", bytes(b)[:80], repr(ex)))
+    check("err_mutated_bodies", not bad, bad[:3])
+
     # nothing is stuck, nothing leaks a slot: the server still answers right
     check("errors_leave_idle", wait_idle() is not None, health())
     s, j, b = completion(PROMPTS[0], 8)
@@ -639,7 +667,25 @@ def group_sigterm():
     check("sigterm_stops_accepting", refused, "a new connection was accepted after SIGTERM")
 
 
-GROUPS = {"basic": group_basic, "errors": group_errors, "auth": group_auth, "disconnect": group_disconnect,
+def group_bytes():
+    """A random-weight model emits byte tokens that are not valid UTF-8 on
+    their own: the text is what `run` prints with each invalid sequence
+    replaced by U+FFFD (Unicode's maximal-subpart rule, as Python decodes), and
+    streaming gives the same text without ever splitting a character."""
+    for i, p in enumerate(["Hello world, this is", "Once upon", "The \u65e5\u672c text"]):
+        cmd = [BIN, "run", "-m", MODEL, "-p", p, "-n", "100", "--temp", "0", "-t", "1"]
+        raw = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=300).stdout[:-1]
+        want = raw.decode("utf-8", "replace")
+        s, j, b = completion(p, 100)
+        got = j["choices"][0]["text"] if s == 200 else b
+        check("bytes_greedy_equals_run_%d" % i, got == want, "got %r want %r" % (got, want))
+        s, _, ev, rest = stream("/v1/completions", {"prompt": p, "max_tokens": 100, "temperature": 0, "stream": True})
+        got_s = "".join(json.loads(e)["choices"][0]["text"] for e in ev[:-1])
+        check("bytes_stream_%d" % i, s == 200 and got_s == want and ev[-1] == "[DONE]", (got_s, want))
+    check("bytes_replacements_seen", "\ufffd" in want, "the model produced only valid UTF-8; pick other prompts")
+
+
+GROUPS = {"bytes": group_bytes, "basic": group_basic, "errors": group_errors, "auth": group_auth, "disconnect": group_disconnect,
           "timeout": group_timeout, "load": group_load, "sigterm": group_sigterm}
 
 if __name__ == "__main__":
