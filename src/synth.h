@@ -27,6 +27,11 @@ typedef struct rp_synth_params {
     int attn_interval; /* every n-th layer is full attention */
     int n_nextn;       /* NextN/MTP layers after the n_layer trunk layers; -1 = none */
     int n_rot;         /* rotary dimensions per head */
+    /* Zamba2 (0 = the architecture's default) */
+    int n_shared_blocks;   /* shared transformer blocks the hybrid layers cycle through */
+    int adapter_rank;      /* rank of each visit's MLP adapter pair */
+    int attn_adapter_rank; /* rank of each visit's q/k/v adapter pairs (0 = none) */
+    bool adapters_merged;  /* the older merged form: a full ffn_up per hybrid layer, no pairs */
 } rp_synth_params;
 
 rp_synth_params rp_synth_default_params(void);

@@ -116,7 +116,14 @@ size_t utf8_incomplete_tail(const char *s, size_t n) {
 srv_task *srv_task_new(void) {
     srv_task *t = calloc(1, sizeof *t);
     if (!t) return NULL;
-    if (pthread_cond_init(&t->cv, NULL)) {
+    /* timed waits count on the monotonic clock, like rp_time_s: a change of
+     * the wall clock must not stretch a wait */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int rc = pthread_cond_init(&t->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (rc) {
         free(t);
         return NULL;
     }
@@ -162,9 +169,8 @@ void srv_wait_locked(srv_engine *e, srv_task *t, size_t have, double until) {
     while (!t->done && t->out.len <= have) {
         double now = rp_time_s();
         if (now >= until) return;
-        /* condition variables wait on CLOCK_REALTIME: convert the remaining time */
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
+        struct timespec ts; /* t->cv waits on CLOCK_MONOTONIC (srv_task_new) */
+        clock_gettime(CLOCK_MONOTONIC, &ts);
         double left = until - now;
         long sec = (long)left;
         long nsec = ts.tv_nsec + (long)((left - (double)sec) * 1e9);

@@ -7,12 +7,14 @@
 
 extern const rp_arch rp_arch_llama, rp_arch_qwen2, rp_arch_qwen3;
 extern const rp_arch rp_arch_qwen35;
+extern const rp_arch rp_arch_zamba2;
 
 static const rp_arch *const g_archs[] = {
     &rp_arch_llama,
     &rp_arch_qwen2,
     &rp_arch_qwen3,
     &rp_arch_qwen35,
+    &rp_arch_zamba2,
 };
 
 const rp_arch *rp_arch_find(const char *name) {
