@@ -390,7 +390,7 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
 
 /* ---- listening socket ------------------------------------------------------- */
 
-static int listen_on(const char *host, int port, int *bound) {
+static int listen_on(const char *host, int port, int *bound, bool *loopback) {
     char ps[16];
     snprintf(ps, sizeof ps, "%d", port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
@@ -426,9 +426,18 @@ static int listen_on(const char *host, int port, int *bound) {
     struct sockaddr_storage ss;
     socklen_t len = sizeof ss;
     *bound = port;
-    if (!getsockname(fd, (struct sockaddr *)&ss, &len))
-        *bound = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
-                                          : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    *loopback = false;
+    if (!getsockname(fd, (struct sockaddr *)&ss, &len)) {
+        if (ss.ss_family == AF_INET6) {
+            const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
+            *bound = ntohs(a->sin6_port);
+            *loopback = IN6_IS_ADDR_LOOPBACK(&a->sin6_addr);
+        } else {
+            const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
+            *bound = ntohs(a->sin_port);
+            *loopback = (ntohl(a->sin_addr.s_addr) >> 24) == 127;
+        }
+    }
     return fd;
 }
 
@@ -579,9 +588,13 @@ int cmd_serve(int argc, char **argv) {
     }
 
     int ret = 1, bound = 0;
+    bool loopback = true;
     struct MHD_Daemon *d = NULL;
-    int lfd = listen_on(host, port, &bound);
+    int lfd = listen_on(host, port, &bound, &loopback);
     if (lfd < 0) goto out;
+    if (!loopback && !api_key)
+        fprintf(stderr, "serve: warning: listening on %s, beyond this machine, without --api-key\n",
+                host);
     srv.engine = srv_engine_start(&entry, 1, srv.n_batch);
     if (!srv.engine) {
         tool_fail(cmd, RP_ERR_NOMEM);
