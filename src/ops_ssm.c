@@ -5,10 +5,14 @@
 #include <math.h>
 #include <string.h>
 
-static inline float silu(float x) { return x / (1.0f + expf(-x)); }
+static inline float silu(float x) {
+    return x / (1.0f + expf(-x));
+}
 
 /* softplus as torch evaluates it (threshold 20: above it, x itself) */
-static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+static inline float softplus(float x) {
+    return x > 20.0f ? x : log1pf(expf(x));
+}
 
 /* ---- causal conv1d + SiLU ------------------------------------------------ */
 
@@ -37,22 +41,24 @@ static void conv_task(void *arg, int ith, int nth) {
             float acc = j->b ? j->b[c] : 0.0f;
             for (int i = 0; i < k - 1; i++) acc += w[i] * h[(size_t)i * ch + (size_t)c];
             acc += w[k - 1] * xc;
-            for (int i = 0; i + 1 < k - 1; i++) h[(size_t)i * ch + (size_t)c] = h[(size_t)(i + 1) * ch + (size_t)c];
+            for (int i = 0; i + 1 < k - 1; i++)
+                h[(size_t)i * ch + (size_t)c] = h[(size_t)(i + 1) * ch + (size_t)c];
             if (k > 1) h[(size_t)(k - 2) * ch + (size_t)c] = xc;
             x[c] = silu(acc);
         }
     }
 }
 
-void rp_ssm_conv1d_silu(rp_compute *cc, float *x, int n_tok, int stride, int channels, const float *w,
-                        const float *b, int k, float *const *st) {
+void rp_ssm_conv1d_silu(rp_compute *cc, float *x, int n_tok, int stride, int channels,
+                        const float *w, const float *b, int k, float *const *st) {
     conv_job j = {x, n_tok, stride, channels, k, w, b, st};
     rp_pool_run(cc->pool, conv_task, &j);
 }
 
 /* ---- step sizes ---------------------------------------------------------- */
 
-void rp_ssm_dt(float *out, const float *dt, int stride, const float *dt_bias, int n_tok, int n_head, float dt_min) {
+void rp_ssm_dt(float *out, const float *dt, int stride, const float *dt_bias, int n_tok, int n_head,
+               float dt_min) {
     for (int t = 0; t < n_tok; t++) {
         const float *in = dt + (size_t)t * (size_t)stride;
         float *o = out + (size_t)t * (size_t)n_head;
@@ -102,8 +108,8 @@ void rp_ssm_scan(rp_compute *cc, const rp_ssm_scan_args *a) {
 
 /* ---- gated grouped RMSNorm ----------------------------------------------- */
 
-void rp_ssm_norm_gated(float *y, const float *z, int z_stride, const float *w, int width, int n_group, int n_rows,
-                       float eps) {
+void rp_ssm_norm_gated(float *y, const float *z, int z_stride, const float *w, int width,
+                       int n_group, int n_rows, float eps) {
     const int gw = width / n_group;
     for (int r = 0; r < n_rows; r++) {
         float *yr = y + (size_t)r * (size_t)width;
@@ -114,7 +120,8 @@ void rp_ssm_norm_gated(float *y, const float *z, int z_stride, const float *w, i
             double ss = 0; /* double accumulation, as rp_rmsnorm does */
             for (int i = 0; i < gw; i++) ss += (double)(v[i] * v[i]);
             const float scale = 1.0f / sqrtf((float)(ss / gw) + eps);
-            for (int i = 0; i < gw; i++) v[i] = (v[i] * scale) * w[(size_t)g * (size_t)gw + (size_t)i];
+            for (int i = 0; i < gw; i++)
+                v[i] = (v[i] * scale) * w[(size_t)g * (size_t)gw + (size_t)i];
         }
     }
 }

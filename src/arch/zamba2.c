@@ -76,8 +76,8 @@ typedef struct z2_hp { /* m->arch_data */
     int conv_dim;     /* d_inner + 2 * n_group * d_state: the convolved x | B | C */
     int d_in_proj;    /* d_inner (z) + conv_dim + n_ssm_head (dt) */
     float dt_min;
-    int n_block;      /* shared blocks */
-    int *first;       /* [n_block] first hybrid layer of each block (where its tensors are stored) */
+    int n_block; /* shared blocks */
+    int *first;  /* [n_block] first hybrid layer of each block (where its tensors are stored) */
     int n_hybrid;
     int gu_rank, attn_rank;
     int n_aliased; /* slots bound to a tensor stored at another layer */
@@ -88,18 +88,18 @@ enum { Z2_Q, Z2_K, Z2_V };
 typedef struct z2_layer { /* rp_layer.ext of every layer */
     int block;            /* -1: a Mamba2 layer */
     /* Mamba2 mixer */
-    const rp_tensor *norm;           /* [H] */
-    const rp_tensor *in, *in_b;      /* [H, d_in_proj], [d_in_proj] */
-    const rp_tensor *conv, *conv_b;  /* [d_conv, conv_dim] (F32), [conv_dim] */
-    const rp_tensor *dt_b, *a, *d;   /* [n_ssm_head] */
-    const rp_tensor *ssm_norm;       /* [d_inner] */
-    const rp_tensor *out, *out_b;    /* [d_inner, H], [H] */
+    const rp_tensor *norm;          /* [H] */
+    const rp_tensor *in, *in_b;     /* [H, d_in_proj], [d_in_proj] */
+    const rp_tensor *conv, *conv_b; /* [d_conv, conv_dim] (F32), [conv_dim] */
+    const rp_tensor *dt_b, *a, *d;  /* [n_ssm_head] */
+    const rp_tensor *ssm_norm;      /* [d_inner] */
+    const rp_tensor *out, *out_b;   /* [d_inner, H], [H] */
     /* hybrid visit; the shared block itself is in rp_layer (attn_norm, wq, wk,
      * wv, wo, ffn_norm, ffn_gate_up, ffn_down), aliased across visits */
-    const rp_tensor *proj;                 /* [H, H] */
-    const rp_tensor *gu_bias, *down_bias;  /* [2 n_ff], [H] (shared, optional) */
-    const rp_tensor *gu_a, *gu_b;          /* [H, r], [r, 2 n_ff] */
-    const rp_tensor *ad_a[3], *ad_b[3];    /* q, k, v: [2H, ra], [ra, width] */
+    const rp_tensor *proj;                /* [H, H] */
+    const rp_tensor *gu_bias, *down_bias; /* [2 n_ff], [H] (shared, optional) */
+    const rp_tensor *gu_a, *gu_b;         /* [H, r], [r, 2 n_ff] */
+    const rp_tensor *ad_a[3], *ad_b[3];   /* q, k, v: [2H, ra], [ra, width] */
 } z2_layer;
 
 /* ---- loading ------------------------------------------------------------- */
@@ -110,15 +110,16 @@ static rp_status to_f32(rp_model *m, const rp_tensor *t) {
     rp_tensor *mt = &m->tensors[t - m->tensors];
     const rp_type_traits *tt = rp_type_get(mt->type);
     if (!tt || !tt->to_float)
-        return rp_fail(RP_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which reprise cannot read", m->path, mt->name,
-                       rp_type_name(mt->type));
+        return rp_fail(RP_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which reprise cannot read",
+                       m->path, mt->name, rp_type_name(mt->type));
     const size_t n = (size_t)mt->ne[0] * (size_t)mt->ne[1];
     float *f = rp_malloc(n * sizeof(float), "converted tensor");
     if (!f || !rp_model_own(m, f)) {
         free(f);
         return RP_ERR_NOMEM;
     }
-    for (int64_t r = 0; r < mt->ne[1]; r++) tt->to_float(rp_tensor_row(mt, r), f + (size_t)r * (size_t)mt->ne[0], mt->ne[0]);
+    for (int64_t r = 0; r < mt->ne[1]; r++)
+        tt->to_float(rp_tensor_row(mt, r), f + (size_t)r * (size_t)mt->ne[0], mt->ne[0]);
     mt->data = f;
     mt->type = RP_TYPE_F32;
     mt->row_bytes = (size_t)mt->ne[0] * sizeof(float);
@@ -131,14 +132,19 @@ static rp_status load_ssm_hparams(rp_model *m, z2_hp *z) {
     if ((s = rp_hp_u32(m, "ssm.conv_kernel", true, 0, 1, 256, &z->d_conv))) return s;
     if ((s = rp_hp_u32(m, "ssm.inner_size", true, 0, 1, 1u << 18, &z->d_inner))) return s;
     if ((s = rp_hp_u32(m, "ssm.state_size", true, 0, 1, 1u << 12, &z->d_state))) return s;
-    if ((s = rp_hp_u32(m, "ssm.time_step_rank", true, 0, 1, (uint32_t)z->d_inner, &z->n_ssm_head))) return s;
-    if ((s = rp_hp_u32(m, "ssm.group_count", false, 1, 1, (uint32_t)z->n_ssm_head, &z->n_group))) return s;
+    if ((s = rp_hp_u32(m, "ssm.time_step_rank", true, 0, 1, (uint32_t)z->d_inner, &z->n_ssm_head)))
+        return s;
+    if ((s = rp_hp_u32(m, "ssm.group_count", false, 1, 1, (uint32_t)z->n_ssm_head, &z->n_group)))
+        return s;
     if ((s = rp_hp_f32(m, "ssm.time_step_min", false, 0.0f, 0.0f, 1.0f, &z->dt_min))) return s;
     if (z->d_inner % z->n_ssm_head)
-        return rp_fail(RP_ERR_FORMAT, "%s: zamba2.ssm.time_step_rank %d (Mamba2 heads) does not divide ssm.inner_size %d",
-                       m->path, z->n_ssm_head, z->d_inner);
+        return rp_fail(
+            RP_ERR_FORMAT,
+            "%s: zamba2.ssm.time_step_rank %d (Mamba2 heads) does not divide ssm.inner_size %d",
+            m->path, z->n_ssm_head, z->d_inner);
     if (z->n_ssm_head % z->n_group)
-        return rp_fail(RP_ERR_FORMAT, "%s: zamba2.ssm.group_count %d does not divide the %d Mamba2 heads", m->path,
+        return rp_fail(RP_ERR_FORMAT,
+                       "%s: zamba2.ssm.group_count %d does not divide the %d Mamba2 heads", m->path,
                        z->n_group, z->n_ssm_head);
     z->ssm_head_dim = z->d_inner / z->n_ssm_head;
     z->conv_dim = z->d_inner + 2 * z->n_group * z->d_state;
@@ -152,19 +158,24 @@ static rp_status load_blocks(rp_model *m, z2_hp *z, int *block) {
     rp_arch_key(m, "shared_block", key, sizeof key);
     const rp_gguf_val *v = rp_gguf_get(m->gguf, key);
     const int n = m->hp.n_layer;
-    if (!v) return rp_fail(RP_ERR_FORMAT, "%s: required key '%s' is missing (the shared block of each layer)", m->path, key);
+    if (!v)
+        return rp_fail(RP_ERR_FORMAT,
+                       "%s: required key '%s' is missing (the shared block of each layer)", m->path,
+                       key);
     if (v->type != RP_GGUF_ARRAY || !rp_gguf_type_is_int((int)v->arr.type))
         return rp_fail(RP_ERR_FORMAT, "%s: key '%s' must be an integer array", m->path, key);
     if (v->arr.n != (uint64_t)n)
-        return rp_fail(RP_ERR_FORMAT, "%s: key '%s' has %llu entries, the model has %d layers", m->path, key,
-                       (unsigned long long)v->arr.n, n);
+        return rp_fail(RP_ERR_FORMAT, "%s: key '%s' has %llu entries, the model has %d layers",
+                       m->path, key, (unsigned long long)v->arr.n, n);
     int max = -1;
     for (int l = 0; l < n; l++) {
         int64_t b = rp_gguf_arr_i64(v, (uint64_t)l);
         if (b < -1 || b >= n)
-            return rp_fail(RP_ERR_FORMAT, "%s: key '%s'[%d] = %lld is out of range (-1 for a Mamba2 layer, else a block "
-                                          "index below %d)",
-                           m->path, key, l, (long long)b, n);
+            return rp_fail(
+                RP_ERR_FORMAT,
+                "%s: key '%s'[%d] = %lld is out of range (-1 for a Mamba2 layer, else a block "
+                "index below %d)",
+                m->path, key, l, (long long)b, n);
         block[l] = (int)b;
         max = RP_MAX(max, (int)b);
     }
@@ -177,8 +188,9 @@ static rp_status load_blocks(rp_model *m, z2_hp *z, int *block) {
         if (block[l] >= 0) z->first[block[l]] = l;
     for (int b = 0; b < z->n_block; b++)
         if (z->first[b] < 0)
-            return rp_fail(RP_ERR_FORMAT, "%s: key '%s' uses shared blocks up to %d but no layer visits block %d", m->path,
-                           key, max, b);
+            return rp_fail(RP_ERR_FORMAT,
+                           "%s: key '%s' uses shared blocks up to %d but no layer visits block %d",
+                           m->path, key, max, b);
     for (int l = 0; l < n; l++) z->n_hybrid += block[l] >= 0;
     return RP_OK;
 }
@@ -186,8 +198,9 @@ static rp_status load_blocks(rp_model *m, z2_hp *z, int *block) {
 /* A shared-block slot of hybrid layer l: its own tensor when the file has
  * one, else the tensor stored at the block's first hybrid layer (`first`,
  * NULL at that layer itself), aliased rather than copied. */
-static rp_status bind_shared(rp_model *m, z2_hp *z, const rp_tensor **dst, const rp_tensor *first, bool is_first,
-                             bool required, int64_t ne0, int64_t ne1, int l, const char *name) {
+static rp_status bind_shared(rp_model *m, z2_hp *z, const rp_tensor **dst, const rp_tensor *first,
+                             bool is_first, bool required, int64_t ne0, int64_t ne1, int l,
+                             const char *name) {
     rp_status s = rp_bind(m, dst, is_first && required, ne0, ne1, "blk.%d.%s", l, name);
     if (s) return s;
     if (!*dst && !is_first && first) {
@@ -199,8 +212,9 @@ static rp_status bind_shared(rp_model *m, z2_hp *z, const rp_tensor **dst, const
 
 /* The adapter pair blk.l.<name>_a / _b: [n_in, rank] and [rank, n_out]. With
  * rank 0 the pair must be absent (a pair without its rank is refused). */
-static rp_status bind_pair(rp_model *m, const rp_tensor **a, const rp_tensor **b, int rank, int64_t n_in,
-                           int64_t n_out, int l, const char *name, const char *rank_key) {
+static rp_status bind_pair(rp_model *m, const rp_tensor **a, const rp_tensor **b, int rank,
+                           int64_t n_in, int64_t n_out, int l, const char *name,
+                           const char *rank_key) {
     rp_status s;
     if (!rank) {
         for (int i = 0; i < 2; i++) {
@@ -208,7 +222,8 @@ static rp_status bind_pair(rp_model *m, const rp_tensor **a, const rp_tensor **b
             snprintf(nm, sizeof nm, "blk.%d.%s_%c.weight", l, name, "ab"[i]);
             if (rp_gguf_find_tensor(m->gguf, nm))
                 return rp_fail(RP_ERR_FORMAT,
-                               "%s: tensor '%s' is an adapter but the file has no zamba2.%s (absent or 0 means no "
+                               "%s: tensor '%s' is an adapter but the file has no zamba2.%s "
+                               "(absent or 0 means no "
                                "adapters); refusing to guess its rank",
                                m->path, nm, rank_key);
         }
@@ -222,7 +237,7 @@ static rp_status bind_pair(rp_model *m, const rp_tensor **a, const rp_tensor **b
 static rp_status bind_mamba(rp_model *m, const z2_hp *z, z2_layer *Z, int l) {
     const int64_t E = m->hp.n_embd, nh = z->n_ssm_head;
     rp_status s;
-#define BIND(dst, req, a, b, name)                                                                                     \
+#define BIND(dst, req, a, b, name)                                                                 \
     if ((s = rp_bind(m, &Z->dst, req, a, b, "blk.%d." name, l))) return s
     BIND(norm, true, E, 0, "attn_norm.weight");
     BIND(in, true, E, z->d_in_proj, "ssm_in.weight");
@@ -240,8 +255,9 @@ static rp_status bind_mamba(rp_model *m, const z2_hp *z, z2_layer *Z, int l) {
     const float *a = Z->a->data;
     for (int h = 0; h < nh; h++)
         if (!(a[h] < 0.0f) || !isfinite(a[h]))
-            return rp_fail(RP_ERR_FORMAT, "%s: tensor 'blk.%d.ssm_a'[%d] = %g; it must be negative (-exp(A_log))", m->path,
-                           l, h, (double)a[h]);
+            return rp_fail(RP_ERR_FORMAT,
+                           "%s: tensor 'blk.%d.ssm_a'[%d] = %g; it must be negative (-exp(A_log))",
+                           m->path, l, h, (double)a[h]);
     return RP_OK;
 }
 
@@ -254,9 +270,10 @@ static rp_status bind_hybrid(rp_model *m, z2_hp *z, int l) {
     const rp_layer *F = &m->layers[f];
     const z2_layer *ZF = F->ext;
     const int64_t E = m->hp.n_embd, E2 = 2 * E, ff = li->n_ff;
-    const int64_t nq = (int64_t)li->n_head * li->head_dim_k, nkv = (int64_t)li->n_head_kv * li->head_dim_k;
+    const int64_t nq = (int64_t)li->n_head * li->head_dim_k,
+                  nkv = (int64_t)li->n_head_kv * li->head_dim_k;
     rp_status s;
-#define SHARED(dst, from, req, a, bb, name)                                                                            \
+#define SHARED(dst, from, req, a, bb, name)                                                        \
     if ((s = bind_shared(m, z, &dst, from, is_first, req, a, bb, l, name))) goto shared_fail
     SHARED(L->attn_norm, F->attn_norm, true, E2, 0, "shared_attn_norm.weight");
     SHARED(L->wq, F->wq, true, E2, nq, "attn_q.weight");
@@ -269,14 +286,17 @@ static rp_status bind_hybrid(rp_model *m, z2_hp *z, int l) {
     SHARED(Z->down_bias, ZF->down_bias, false, E, 0, "ffn_down.bias");
 #undef SHARED
     if (z->gu_rank) {
-        if ((s = bind_shared(m, z, &L->ffn_gate_up, F->ffn_gate_up, is_first, true, E, 2 * ff, l, "ffn_up.weight")))
+        if ((s = bind_shared(m, z, &L->ffn_gate_up, F->ffn_gate_up, is_first, true, E, 2 * ff, l,
+                             "ffn_up.weight")))
             goto shared_fail;
     } else if ((s = rp_bind(m, &L->ffn_gate_up, false, E, 2 * ff, "blk.%d.ffn_up.weight", l))) {
         return s;
     } else if (!L->ffn_gate_up) {
         return rp_fail(RP_ERR_FORMAT,
-                       "%s: hybrid layer %d has no 'blk.%d.ffn_up.weight': without zamba2.ffn_gate_up_adapter_rank "
-                       "the file is in the merged form, which stores a full ffn_up (adapter baked in) at every "
+                       "%s: hybrid layer %d has no 'blk.%d.ffn_up.weight': without "
+                       "zamba2.ffn_gate_up_adapter_rank "
+                       "the file is in the merged form, which stores a full ffn_up (adapter baked "
+                       "in) at every "
                        "hybrid layer",
                        m->path, l, l);
     }
@@ -292,8 +312,9 @@ static rp_status bind_hybrid(rp_model *m, z2_hp *z, int l) {
             return s;
     return RP_OK;
 shared_fail:
-    return rp_fail_prefix(s, "zamba2: shared block %d (stored at its first hybrid layer %d, visited by layer %d)", b, f,
-                          l);
+    return rp_fail_prefix(
+        s, "zamba2: shared block %d (stored at its first hybrid layer %d, visited by layer %d)", b,
+        f, l);
 }
 
 static rp_status load_zamba2(rp_model *m) {
@@ -302,13 +323,16 @@ static rp_status load_zamba2(rp_model *m) {
     if (s) return s;
     char key[160];
     if (!rp_gguf_get(m->gguf, rp_arch_key(m, "attention.key_length", key, sizeof key)))
-        return rp_fail(RP_ERR_FORMAT, "%s: required key '%s' is missing (2 x embedding_length / head_count)", m->path,
-                       key);
-    if ((int64_t)hp->n_head * hp->head_dim_k != 2 * (int64_t)hp->n_embd || hp->head_dim_v != hp->head_dim_k)
         return rp_fail(RP_ERR_FORMAT,
-                       "%s: zamba2.attention.head_count %d x key_length %d (value_length %d) must equal 2 x "
-                       "embedding_length %d: the shared block attends over concat(h, e)",
-                       m->path, hp->n_head, hp->head_dim_k, hp->head_dim_v, hp->n_embd);
+                       "%s: required key '%s' is missing (2 x embedding_length / head_count)",
+                       m->path, key);
+    if ((int64_t)hp->n_head * hp->head_dim_k != 2 * (int64_t)hp->n_embd ||
+        hp->head_dim_v != hp->head_dim_k)
+        return rp_fail(
+            RP_ERR_FORMAT,
+            "%s: zamba2.attention.head_count %d x key_length %d (value_length %d) must equal 2 x "
+            "embedding_length %d: the shared block attends over concat(h, e)",
+            m->path, hp->n_head, hp->head_dim_k, hp->head_dim_v, hp->n_embd);
     if (hp->n_ctx_train < 1) hp->n_ctx_train = 1;
     hp->rope_style = RP_ROPE_NEOX;
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim_k / 2.0f);
@@ -317,12 +341,14 @@ static rp_status load_zamba2(rp_model *m) {
     m->arch_data = z;
     if ((s = load_ssm_hparams(m, z))) return s;
     const uint32_t max_rank = (uint32_t)RP_MIN(2 * hp->n_embd, 1 << 16);
-    if ((s = rp_hp_u32(m, "ffn_gate_up_adapter_rank", false, 0, 0, max_rank, &z->gu_rank))) return s;
+    if ((s = rp_hp_u32(m, "ffn_gate_up_adapter_rank", false, 0, 0, max_rank, &z->gu_rank)))
+        return s;
     if ((s = rp_hp_u32(m, "attn_adapter_rank", false, 0, 0, max_rank, &z->attn_rank))) return s;
     int *block = rp_malloc((size_t)hp->n_layer * sizeof *block, "zamba2 blocks");
     if (!block) return RP_ERR_NOMEM;
     s = load_blocks(m, z, block);
-    const size_t rec = (size_t)(z->d_conv - 1) * (size_t)z->conv_dim + (size_t)z->d_inner * (size_t)z->d_state;
+    const size_t rec =
+        (size_t)(z->d_conv - 1) * (size_t)z->conv_dim + (size_t)z->d_inner * (size_t)z->d_state;
     for (int l = 0; !s && l < hp->n_layer; l++) {
         rp_layer_info *li = &m->info[l];
         z2_layer *Z = rp_calloc(1, sizeof *Z, "zamba2 layer");
@@ -350,10 +376,11 @@ static rp_status load_zamba2(rp_model *m) {
         if (((z2_layer *)m->layers[l].ext)->block >= 0 && (s = bind_hybrid(m, z, l))) return s;
     }
     rp_log(RP_LOG_INFO,
-           "zamba2: %d Mamba2 layers, %d of them hybrid visiting %d shared block(s); %d slots alias a tensor stored "
+           "zamba2: %d Mamba2 layers, %d of them hybrid visiting %d shared block(s); %d slots "
+           "alias a tensor stored "
            "once; MLP adapters %s (rank %d), attention adapters rank %d",
-           hp->n_layer, z->n_hybrid, z->n_block, z->n_aliased, z->gu_rank ? "kept as pairs" : "merged", z->gu_rank,
-           z->attn_rank);
+           hp->n_layer, z->n_hybrid, z->n_block, z->n_aliased,
+           z->gu_rank ? "kept as pairs" : "merged", z->gu_rank, z->attn_rank);
     return RP_OK;
 }
 
@@ -368,24 +395,24 @@ static void unload_zamba2(rp_model *m) {
 
 /* Scratch of one context, every buffer sized for n_ubatch tokens. */
 typedef struct z2_ctx {
-    float *x;    /* [n][H] residual stream h */
-    float *emb;  /* [n][H] token embeddings e */
-    float *cat;  /* [n][2H] concat(h, e), normed in place */
-    float *q;    /* [n][heads * hd] */
-    float *k, *v; /* [n][kv_heads * hd] */
-    float *att;  /* [n][heads * hd] */
-    float *lo;   /* [n][max rank] A.a of an adapter */
-    float *ad;   /* [n][max(2 n_ff, heads * hd)] B.(A.a) */
-    float *o;    /* [n][H] block / mixer outputs */
-    float *gu;   /* [n][2 n_ff] */
-    float *act;  /* [n][n_ff] */
-    float *s;    /* [n][H] */
-    float *u;    /* [n][H] normed mixer input */
-    float *zx;   /* [n][d_in_proj] z | xBC | dt */
-    float *y;    /* [n][d_inner] */
-    float *dt;   /* [n][ssm heads] */
-    float *rope; /* [n][n_rot] */
-    const rp_kv_view **kv; /* [n] */
+    float *x;                  /* [n][H] residual stream h */
+    float *emb;                /* [n][H] token embeddings e */
+    float *cat;                /* [n][2H] concat(h, e), normed in place */
+    float *q;                  /* [n][heads * hd] */
+    float *k, *v;              /* [n][kv_heads * hd] */
+    float *att;                /* [n][heads * hd] */
+    float *lo;                 /* [n][max rank] A.a of an adapter */
+    float *ad;                 /* [n][max(2 n_ff, heads * hd)] B.(A.a) */
+    float *o;                  /* [n][H] block / mixer outputs */
+    float *gu;                 /* [n][2 n_ff] */
+    float *act;                /* [n][n_ff] */
+    float *s;                  /* [n][H] */
+    float *u;                  /* [n][H] normed mixer input */
+    float *zx;                 /* [n][d_in_proj] z | xBC | dt */
+    float *y;                  /* [n][d_inner] */
+    float *dt;                 /* [n][ssm heads] */
+    float *rope;               /* [n][n_rot] */
+    const rp_kv_view **kv;     /* [n] */
     float **conv_st, **ssm_st; /* [n] each token's sequence state */
     void *block;
 } z2_ctx;
@@ -427,13 +454,31 @@ static rp_status z2_ctx_init(rp_context *c) {
     }
     z2_ctx *d = rp_calloc(1, sizeof *d, "zamba2 scratch");
     if (!d) return RP_ERR_NOMEM;
-    float **const bufs[] = {&d->x,  &d->emb, &d->cat, &d->q,  &d->k, &d->v,  &d->att, &d->lo, &d->ad,
-                            &d->o,  &d->gu,  &d->act, &d->s,  &d->u, &d->zx, &d->y,   &d->dt, &d->rope};
-    const size_t widths[] = {E, E, 2 * E, nq, nkv, nkv, nq, rank, RP_MAX(2 * ff, nq), E, 2 * ff, ff, E, E,
-                             (size_t)z->d_in_proj, (size_t)z->d_inner, (size_t)z->n_ssm_head, nrot};
+    float **const bufs[] = {&d->x,   &d->emb, &d->cat, &d->q, &d->k,  &d->v,
+                            &d->att, &d->lo,  &d->ad,  &d->o, &d->gu, &d->act,
+                            &d->s,   &d->u,   &d->zx,  &d->y, &d->dt, &d->rope};
+    const size_t widths[] = {E,
+                             E,
+                             2 * E,
+                             nq,
+                             nkv,
+                             nkv,
+                             nq,
+                             rank,
+                             RP_MAX(2 * ff, nq),
+                             E,
+                             2 * ff,
+                             ff,
+                             E,
+                             E,
+                             (size_t)z->d_in_proj,
+                             (size_t)z->d_inner,
+                             (size_t)z->n_ssm_head,
+                             nrot};
     _Static_assert(RP_ARRAY_LEN(bufs) == RP_ARRAY_LEN(widths), "one width per buffer");
     size_t total = 0;
-    for (size_t i = 0; i < RP_ARRAY_LEN(widths); i++) total += rp_align_up((n * widths[i] + 1) * sizeof(float), 64);
+    for (size_t i = 0; i < RP_ARRAY_LEN(widths); i++)
+        total += rp_align_up((n * widths[i] + 1) * sizeof(float), 64);
     d->block = rp_alloc_aligned(total, "activation scratch");
     d->kv = rp_calloc(n, sizeof *d->kv, "kv views");
     d->conv_st = rp_calloc(n, sizeof *d->conv_st, "state views");
@@ -457,8 +502,8 @@ static void add_bias(float *x, const rp_tensor *b, int n_rows, int width) {
 }
 
 /* y += B.(A.x) for the n rows of x (an adapter pair; a == NULL: none). */
-static void add_adapter(rp_context *c, z2_ctx *d, const rp_tensor *a, const rp_tensor *b, const float *x, int n,
-                        float *y) {
+static void add_adapter(rp_context *c, z2_ctx *d, const rp_tensor *a, const rp_tensor *b,
+                        const float *x, int n, float *y) {
     if (!a) return;
     const int w = (int)b->ne[1];
     rp_matmul(&c->cc, a, x, n, d->lo);
@@ -476,8 +521,10 @@ static void shared_block(rp_context *c, z2_ctx *d, const rp_ubatch *ub, int e, c
     const int nh = li->n_head, nkv = li->n_head_kv, hd = li->head_dim_k, ff = li->n_ff;
     const int wq = nh * hd, wk = nkv * hd;
     for (int t = 0; t < n; t++) {
-        memcpy(d->cat + (size_t)t * (size_t)E2, d->x + (size_t)t * (size_t)E, (size_t)E * sizeof(float));
-        memcpy(d->cat + (size_t)t * (size_t)E2 + E, d->emb + (size_t)t * (size_t)E, (size_t)E * sizeof(float));
+        memcpy(d->cat + (size_t)t * (size_t)E2, d->x + (size_t)t * (size_t)E,
+               (size_t)E * sizeof(float));
+        memcpy(d->cat + (size_t)t * (size_t)E2 + E, d->emb + (size_t)t * (size_t)E,
+               (size_t)E * sizeof(float));
     }
     rp_rmsnorm(d->cat, d->cat, L->attn_norm->data, E2, n, hp->eps);
     const rp_tensor *w3[3] = {L->wq, L->wk, L->wv};
@@ -493,7 +540,8 @@ static void shared_block(rp_context *c, z2_ctx *d, const rp_ubatch *ub, int e, c
      * KV slot) from the step */
     for (int t = 0; t < n; t++) {
         d->kv[t] = rp_ctx_kv(c, e, ub->seq[t]);
-        rp_kv_write(d->kv[t], nkv, hd, hd, ub->pos[t], d->k + (size_t)t * (size_t)wk, d->v + (size_t)t * (size_t)wk);
+        rp_kv_write(d->kv[t], nkv, hd, hd, ub->pos[t], d->k + (size_t)t * (size_t)wk,
+                    d->v + (size_t)t * (size_t)wk);
     }
     rp_attn_args aa = {
         .n_tok = n,
@@ -537,8 +585,8 @@ static void mamba(rp_context *c, z2_ctx *d, const rp_ubatch *ub, int e, const z2
     }
     rp_matmul(&c->cc, Z->in, d->u, n, d->zx);
     add_bias(d->zx, Z->in_b, n, P);
-    rp_ssm_conv1d_silu(&c->cc, d->zx + DI, n, P, z->conv_dim, Z->conv->data, Z->conv_b ? Z->conv_b->data : NULL,
-                       z->d_conv, d->conv_st);
+    rp_ssm_conv1d_silu(&c->cc, d->zx + DI, n, P, z->conv_dim, Z->conv->data,
+                       Z->conv_b ? Z->conv_b->data : NULL, z->d_conv, d->conv_st);
     rp_ssm_dt(d->dt, d->zx + DI + z->conv_dim, P, Z->dt_b->data, n, z->n_ssm_head, z->dt_min);
     const int gs = z->n_group * z->d_state;
     rp_ssm_scan_args sa = {
@@ -602,8 +650,9 @@ static rp_status z2_forward(rp_context *c, const rp_ubatch *ub) {
 
 /* Shared-block tensors a block's first hybrid layer stores. */
 static const char *const g_shared_names[] = {
-    "shared_attn_norm.weight", "attn_q.weight",  "attn_k.weight",   "attn_v.weight",   "attn_output.weight",
-    "ffn_norm.weight",         "ffn_up.weight",  "ffn_up.bias",     "ffn_down.weight", "ffn_down.bias",
+    "shared_attn_norm.weight", "attn_q.weight",   "attn_k.weight", "attn_v.weight",
+    "attn_output.weight",      "ffn_norm.weight", "ffn_up.weight", "ffn_up.bias",
+    "ffn_down.weight",         "ffn_down.bias",
 };
 
 /* The merged file re-indexes zamba2.shared_block by itself (a per-layer
@@ -625,9 +674,12 @@ static rp_status merge_meta_zamba2(const rp_model *m, const rp_plan *p, rp_gguf_
             snprintf(o, sizeof o, "blk.%d.%s", src, g_shared_names[i]);
             if (rp_gguf_find_tensor(m->gguf, a) && !rp_gguf_find_tensor(m->gguf, o))
                 return rp_fail(RP_ERR_UNSUPPORTED,
-                               "zamba2: in this plan the first visit of shared block %d is step %d (source layer %d), "
-                               "but the block's tensors are stored at layer %d ('%s'); a merged file keeps them at its "
-                               "first visit, so layer %d must come before every other visit of block %d (the runtime "
+                               "zamba2: in this plan the first visit of shared block %d is step %d "
+                               "(source layer %d), "
+                               "but the block's tensors are stored at layer %d ('%s'); a merged "
+                               "file keeps them at its "
+                               "first visit, so layer %d must come before every other visit of "
+                               "block %d (the runtime "
                                "plan has no such limit)",
                                b, e, src, f, a, f, b);
         }
@@ -637,7 +689,8 @@ static rp_status merge_meta_zamba2(const rp_model *m, const rp_plan *p, rp_gguf_
 
 /* ---- synthetic models ---------------------------------------------------- */
 
-static rp_status synth_vec(rp_synth *s, rp_rng *rng, int64_t n, float lo, float hi, const char *name, int l) {
+static rp_status synth_vec(rp_synth *s, rp_rng *rng, int64_t n, float lo, float hi,
+                           const char *name, int l) {
     float *v = rp_malloc((size_t)n * sizeof(float), "synth values");
     if (!v) return RP_ERR_NOMEM;
     for (int64_t i = 0; i < n; i++) v[i] = lo + (hi - lo) * (float)rp_rng_uniform(rng);
@@ -651,28 +704,34 @@ static rp_status synth_vec(rp_synth *s, rp_rng *rng, int64_t n, float lo, float 
  * hybrid; 2 shared blocks (1 with a single hybrid layer); MLP adapter rank 8,
  * no attention adapters; RoPE over the whole head (n_rot < 0: none). */
 static rp_status synth_zamba2(rp_synth *s, const rp_synth_params *p) {
-    const int E = p->n_embd, nh = p->n_head, nkv = p->n_head_kv ? p->n_head_kv : p->n_head, ff = p->n_ff;
+    const int E = p->n_embd, nh = p->n_head, nkv = p->n_head_kv ? p->n_head_kv : p->n_head,
+              ff = p->n_ff;
     const int hd = nh > 0 ? 2 * E / nh : 0, d_inner = 2 * E;
     const int heads = p->ssm_heads ? p->ssm_heads : RP_MAX(1, d_inner / 16);
     const int ds = p->ssm_state ? p->ssm_state : 16, groups = p->ssm_groups ? p->ssm_groups : 1;
-    const int dconv = p->ssm_conv ? p->ssm_conv : 4, interval = p->attn_interval ? p->attn_interval : 3;
+    const int dconv = p->ssm_conv ? p->ssm_conv : 4,
+              interval = p->attn_interval ? p->attn_interval : 3;
     const int n_rot = p->n_rot < 0 ? 0 : p->n_rot ? p->n_rot : hd;
     const int rank = p->adapters_merged ? 0 : p->adapter_rank ? p->adapter_rank : 8;
     const int arank = p->adapters_merged ? 0 : p->attn_adapter_rank;
     int n_hyb = 0;
     for (int l = 0; l < p->n_layer; l++) n_hyb += (l + 1) % interval == 0;
     const int nb = p->n_shared_blocks ? p->n_shared_blocks : RP_MIN(2, n_hyb);
-    if (nh < 1 || (2 * E) % nh || (p->head_dim && p->head_dim != hd) || nh % nkv || d_inner % heads ||
-        heads % groups || n_rot > hd || n_rot % 2 || n_hyb < 1 || nb < 1 || nb > n_hyb || (arank && nkv != nh))
+    if (nh < 1 || (2 * E) % nh || (p->head_dim && p->head_dim != hd) || nh % nkv ||
+        d_inner % heads || heads % groups || n_rot > hd || n_rot % 2 || n_hyb < 1 || nb < 1 ||
+        nb > n_hyb || (arank && nkv != nh))
         return rp_fail(RP_ERR_INVALID_ARG,
-                       "synth zamba2: inconsistent shape (n_embd %d, heads %d/%d: head_dim must be 2 n_embd / heads; "
-                       "Mamba2 heads %d in %d groups over %d channels; rotary %d; %d hybrid layers (every %d-th) for "
+                       "synth zamba2: inconsistent shape (n_embd %d, heads %d/%d: head_dim must be "
+                       "2 n_embd / heads; "
+                       "Mamba2 heads %d in %d groups over %d channels; rotary %d; %d hybrid layers "
+                       "(every %d-th) for "
                        "%d shared blocks; attention adapters need head_count_kv = head_count)",
                        E, nh, nkv, heads, groups, d_inner, n_rot, n_hyb, interval, nb);
     const int conv_dim = d_inner + 2 * groups * ds, proj = d_inner + conv_dim + heads;
     rp_synth_params q = *p;
     q.head_dim = hd;
-    rp_status st = rp_synth_transformer_keys(s, &q, p->rope_base > 0 ? p->rope_base : 10000.0f, 1e-5f);
+    rp_status st =
+        rp_synth_transformer_keys(s, &q, p->rope_base > 0 ? p->rope_base : 10000.0f, 1e-5f);
     rp_gguf_writer *w = rp_synth_writer(s);
     char key[128];
 #define KEY(suffix) (snprintf(key, sizeof key, "zamba2." suffix), key)
@@ -688,7 +747,8 @@ static rp_status synth_zamba2(rp_synth *s, const rp_synth_params *p) {
     int32_t *block = rp_malloc((size_t)p->n_layer * sizeof *block, "synth blocks");
     if (!block) return RP_ERR_NOMEM;
     for (int l = 0, v = 0; l < p->n_layer; l++) block[l] = (l + 1) % interval == 0 ? v++ % nb : -1;
-    st = st ? st : rp_gguf_w_set_arr(w, KEY("shared_block"), RP_GGUF_INT32, block, (uint64_t)p->n_layer);
+    st = st ? st
+            : rp_gguf_w_set_arr(w, KEY("shared_block"), RP_GGUF_INT32, block, (uint64_t)p->n_layer);
 #undef KEY
     st = st ? st : rp_synth_weight(s, E, p->n_vocab, "token_embd.weight");
     st = st ? st : rp_synth_norm(s, E, "output_norm.weight");
@@ -696,7 +756,8 @@ static rp_status synth_zamba2(rp_synth *s, const rp_synth_params *p) {
     rp_rng rng;
     rp_rng_seed(&rng, p->seed ^ 0x2a3b2u);
     bool stored[64] = {false}; /* blocks whose tensors are written (nb <= 64) */
-    if (nb > 64) st = st ? st : rp_fail(RP_ERR_INVALID_ARG, "synth zamba2: at most 64 shared blocks");
+    if (nb > 64)
+        st = st ? st : rp_fail(RP_ERR_INVALID_ARG, "synth zamba2: at most 64 shared blocks");
     for (int l = 0; l < p->n_layer && !st; l++) {
         st = rp_synth_norm(s, E, "blk.%d.attn_norm.weight", l);
         st = st ? st : rp_synth_weight(s, E, proj, "blk.%d.ssm_in.weight", l);
@@ -719,17 +780,24 @@ static rp_status synth_zamba2(rp_synth *s, const rp_synth_params *p) {
             st = st ? st : rp_synth_weight(s, (int64_t)nh * hd, E, "blk.%d.attn_output.weight", l);
             st = st ? st : rp_synth_norm(s, E, "blk.%d.ffn_norm.weight", l);
             st = st ? st : rp_synth_weight(s, ff, E, "blk.%d.ffn_down.weight", l);
-            if (rank) st = st ? st : rp_synth_weight(s, E, 2 * (int64_t)ff, "blk.%d.ffn_up.weight", l);
+            if (rank)
+                st = st ? st : rp_synth_weight(s, E, 2 * (int64_t)ff, "blk.%d.ffn_up.weight", l);
         }
         if (!rank) st = st ? st : rp_synth_weight(s, E, 2 * (int64_t)ff, "blk.%d.ffn_up.weight", l);
         if (rank) {
             st = st ? st : rp_synth_weight(s, E, rank, "blk.%d.ffn_gate_up_adapter_a.weight", l);
-            st = st ? st : rp_synth_weight(s, rank, 2 * (int64_t)ff, "blk.%d.ffn_gate_up_adapter_b.weight", l);
+            st = st ? st
+                    : rp_synth_weight(s, rank, 2 * (int64_t)ff,
+                                      "blk.%d.ffn_gate_up_adapter_b.weight", l);
         }
         static const char *const qkv[3] = {"q", "k", "v"};
         for (int i = 0; arank && i < 3; i++) {
-            st = st ? st : rp_synth_weight(s, 2 * E, arank, "blk.%d.attn_%s_adapter_a.weight", l, qkv[i]);
-            st = st ? st : rp_synth_weight(s, arank, (int64_t)(i ? nkv : nh) * hd, "blk.%d.attn_%s_adapter_b.weight", l, qkv[i]);
+            st =
+                st ? st
+                   : rp_synth_weight(s, 2 * E, arank, "blk.%d.attn_%s_adapter_a.weight", l, qkv[i]);
+            st = st ? st
+                    : rp_synth_weight(s, arank, (int64_t)(i ? nkv : nh) * hd,
+                                      "blk.%d.attn_%s_adapter_b.weight", l, qkv[i]);
         }
     }
     free(block);

@@ -38,15 +38,18 @@ static void check_synth(int type, bool merged, int attn_rank, bool two_threads) 
     REQUIRE(rp_synth_write(&sp, path, NULL, NULL) == RP_OK, "%s", rp_last_error());
     rp_model *m = load(path);
     REQUIRE(m, "load");
-    CHECK(!strcmp(rp_model_arch(m), "zamba2") && rp_model_n_layer(m) == 9, "arch %s, %d layers", rp_model_arch(m),
-          rp_model_n_layer(m));
-    CHECK(m->layers[8].wq == m->layers[2].wq && m->layers[5].wq != m->layers[2].wq, "layer 8 aliases layer 2's block");
+    CHECK(!strcmp(rp_model_arch(m), "zamba2") && rp_model_n_layer(m) == 9, "arch %s, %d layers",
+          rp_model_arch(m), rp_model_n_layer(m));
+    CHECK(m->layers[8].wq == m->layers[2].wq && m->layers[5].wq != m->layers[2].wq,
+          "layer 8 aliases layer 2's block");
     enum { N = 24, NV = 400 };
     int32_t t[N];
     make_tokens(t, N, 1);
-    float *ref = malloc((size_t)N * NV * sizeof(float)), *got = malloc((size_t)N * NV * sizeof(float));
+    float *ref = malloc((size_t)N * NV * sizeof(float)),
+          *got = malloc((size_t)N * NV * sizeof(float));
     rp_context *c1 = NULL, *c2 = NULL, *c3 = NULL;
-    REQUIRE(ref && got && open_ctx(m, NULL, NULL, 64, 1, 1, &c1) && open_ctx(m, NULL, NULL, 64, 1, 1, &c2) &&
+    REQUIRE(ref && got && open_ctx(m, NULL, NULL, 64, 1, 1, &c1) &&
+                open_ctx(m, NULL, NULL, 64, 1, 1, &c2) &&
                 open_ctx(m, NULL, NULL, 64, 1, two_threads ? 2 : 1, &c3),
             "ctx");
     REQUIRE(run_chunks(c1, t, N, N, ref) && run_chunks(c2, t, N, 1, got), "decode");
@@ -59,8 +62,8 @@ static void check_synth(int type, bool merged, int attn_rank, bool two_threads) 
      * channels and scan heads split between them (one batch: the pool spins) */
     REQUIRE(run_chunks(c3, t, N, two_threads ? N : 7, got), "decode in chunks");
     double d2 = test_max_abs_diff(ref, got, (size_t)N * NV);
-    CHECK(d2 <= 1e-4, "%s: %d thread(s) in chunks of %d vs one batch: max |delta| %.3g", name, two_threads ? 2 : 1,
-          two_threads ? N : 7, d2);
+    CHECK(d2 <= 1e-4, "%s: %d thread(s) in chunks of %d vs one batch: max |delta| %.3g", name,
+          two_threads ? 2 : 1, two_threads ? N : 7, d2);
     /* round trip */
     const char *copy = rewrite(path, "z2synth-copy.gguf", NULL, NULL, NULL);
     REQUIRE(copy, "rewrite");
@@ -71,7 +74,8 @@ static void check_synth(int type, bool merged, int attn_rank, bool two_threads) 
     free(fb);
     rp_model *m2 = load(copy);
     rp_context *c4 = NULL;
-    REQUIRE(m2 && open_ctx(m2, NULL, NULL, 64, 1, 1, &c4) && run_chunks(c4, t, N, N, got), "round trip decode");
+    REQUIRE(m2 && open_ctx(m2, NULL, NULL, 64, 1, 1, &c4) && run_chunks(c4, t, N, N, got),
+            "round trip decode");
     CHECK(!memcmp(ref, got, (size_t)N * NV * sizeof(float)), "%s: round trip logits differ", name);
     printf("     %s: batch vs sequential %.2e, %s %.2e, round trip bit-exact\n", name, d,
            two_threads ? "two threads" : "chunks of 7", d2);
@@ -103,9 +107,11 @@ void test_zamba2_sequences(void) {
     int32_t a[N], b[N];
     make_tokens(a, N, 1);
     make_tokens(b, N, 2);
-    float *ra = malloc((size_t)N * NV * sizeof(float)), *rb = malloc((size_t)N * NV * sizeof(float));
+    float *ra = malloc((size_t)N * NV * sizeof(float)),
+          *rb = malloc((size_t)N * NV * sizeof(float));
     rp_context *c1 = NULL, *c2 = NULL;
-    REQUIRE(open_ctx(m, NULL, NULL, 64, 1, 1, &c1) && open_ctx(m, NULL, NULL, 64, 2, 1, &c2), "ctx");
+    REQUIRE(open_ctx(m, NULL, NULL, 64, 1, 1, &c1) && open_ctx(m, NULL, NULL, 64, 2, 1, &c2),
+            "ctx");
     REQUIRE(run_chunks(c1, a, N, N, ra), "a");
     rp_kv_clear(c1);
     REQUIRE(run_chunks(c1, b, N, N, rb), "b");
@@ -120,11 +126,13 @@ void test_zamba2_sequences(void) {
     REQUIRE(rp_decode(c2, &bb) == RP_OK, "%s", rp_last_error());
     double worst = 0;
     for (int i = 0; i < N; i++)
-        worst = fmax(worst, fmax(test_max_abs_diff(ra + (size_t)i * NV, rp_get_logits(c2, 2 * i), NV),
-                                 test_max_abs_diff(rb + (size_t)i * NV, rp_get_logits(c2, 2 * i + 1), NV)));
+        worst = fmax(
+            worst, fmax(test_max_abs_diff(ra + (size_t)i * NV, rp_get_logits(c2, 2 * i), NV),
+                        test_max_abs_diff(rb + (size_t)i * NV, rp_get_logits(c2, 2 * i + 1), NV)));
     CHECK(worst <= 1e-4, "interleaved sequences vs alone: max |delta| %.3g", worst);
-    CHECK(rp_kv_seq_truncate(c2, 0, 5) == RP_ERR_UNSUPPORTED && strstr(rp_last_error(), "recurrent"), "%s",
-          rp_last_error());
+    CHECK(rp_kv_seq_truncate(c2, 0, 5) == RP_ERR_UNSUPPORTED &&
+              strstr(rp_last_error(), "recurrent"),
+          "%s", rp_last_error());
     CHECK(rp_kv_seq_truncate(c2, 1, 0) == RP_OK && rp_kv_seq_len(c2, 1) == 0, "clear sequence 1");
     int32_t s1[N];
     for (int i = 0; i < N; i++) s1[i] = 1;
@@ -157,11 +165,14 @@ void test_zamba2_plans(void) {
         CHECK(c->state.rec[4 * n_seq + s] && c->state.rec[6 * n_seq + s] &&
                   c->state.rec[4 * n_seq + s] != c->state.rec[6 * n_seq + s],
               "seq %d: repeated Mamba2 layer 4 has its own recurrent state", s);
-        CHECK(c->state.kv[7 * n_seq + s].k && c->state.kv[5 * n_seq + s].k != c->state.kv[7 * n_seq + s].k,
+        CHECK(c->state.kv[7 * n_seq + s].k &&
+                  c->state.kv[5 * n_seq + s].k != c->state.kv[7 * n_seq + s].k,
               "seq %d: repeated hybrid visit (layer 5) has its own KV slot", s);
-        CHECK(!c->state.kv[4 * n_seq + s].k && !c->state.kv[6 * n_seq + s].k, "Mamba2 steps have no KV");
+        CHECK(!c->state.kv[4 * n_seq + s].k && !c->state.kv[6 * n_seq + s].k,
+              "Mamba2 steps have no KV");
     }
-    CHECK(c->plan->src[7] == 5 && m->layers[c->plan->src[7]].ext == m->layers[5].ext, "same block and adapter");
+    CHECK(c->plan->src[7] == 5 && m->layers[c->plan->src[7]].ext == m->layers[5].ext,
+          "same block and adapter");
     uint64_t id_bytes;
     {
         rp_context *ci = NULL;
@@ -173,7 +184,8 @@ void test_zamba2_plans(void) {
     enum { N = 20, NV = 400 };
     int32_t t[N];
     make_tokens(t, N, 3);
-    float *ref = malloc((size_t)N * NV * sizeof(float)), *got = malloc((size_t)N * NV * sizeof(float));
+    float *ref = malloc((size_t)N * NV * sizeof(float)),
+          *got = malloc((size_t)N * NV * sizeof(float));
     REQUIRE(open_ctx(m, "4,6", NULL, 32, 1, 1, &cs), "ctx");
     REQUIRE(run_chunks(c, t, N, N, ref) && run_chunks(cs, t, N, 1, got), "decode");
     double d = test_max_abs_diff(ref, got, (size_t)N * NV);
@@ -181,7 +193,8 @@ void test_zamba2_plans(void) {
     rp_context_free(cs);
     /* the same plan as an explicit map gives the same bits */
     REQUIRE(open_ctx(m, NULL, "0..5,4..8", 32, 1, 1, &cs) && run_chunks(cs, t, N, N, got), "map");
-    CHECK(!memcmp(ref, got, (size_t)N * NV * sizeof(float)), "--layer-map 0..5,4..8 differs from --repeat-layers 4,6");
+    CHECK(!memcmp(ref, got, (size_t)N * NV * sizeof(float)),
+          "--layer-map 0..5,4..8 differs from --repeat-layers 4,6");
     printf("     plan 4,6: 11 steps, batch vs sequential %.2e, state %llu vs %llu bytes\n", d,
            (unsigned long long)rp_context_state_bytes(c), (unsigned long long)id_bytes);
     rp_context_free(cs);
@@ -192,10 +205,18 @@ void test_zamba2_plans(void) {
 }
 /* ---- refusals: files edited from a synthetic model --------------------------- */
 
-static void e_no_rank(rp_gguf_writer *w) { rp_gguf_w_remove(w, "zamba2.ffn_gate_up_adapter_rank"); }
-static void e_rank0(rp_gguf_writer *w) { rp_gguf_w_set_u32(w, "zamba2.ffn_gate_up_adapter_rank", 0); }
-static void e_rank5(rp_gguf_writer *w) { rp_gguf_w_set_u32(w, "zamba2.ffn_gate_up_adapter_rank", 5); }
-static void e_no_attn_rank(rp_gguf_writer *w) { rp_gguf_w_remove(w, "zamba2.attn_adapter_rank"); }
+static void e_no_rank(rp_gguf_writer *w) {
+    rp_gguf_w_remove(w, "zamba2.ffn_gate_up_adapter_rank");
+}
+static void e_rank0(rp_gguf_writer *w) {
+    rp_gguf_w_set_u32(w, "zamba2.ffn_gate_up_adapter_rank", 0);
+}
+static void e_rank5(rp_gguf_writer *w) {
+    rp_gguf_w_set_u32(w, "zamba2.ffn_gate_up_adapter_rank", 5);
+}
+static void e_no_attn_rank(rp_gguf_writer *w) {
+    rp_gguf_w_remove(w, "zamba2.attn_adapter_rank");
+}
 static void e_blocks_short(rp_gguf_writer *w) {
     int32_t b[5] = {-1, -1, 0, -1, -1};
     rp_gguf_w_set_arr(w, "zamba2.shared_block", RP_GGUF_INT32, b, 5);
@@ -208,14 +229,20 @@ static void e_blocks_gap(rp_gguf_writer *w) {
     int32_t b[9] = {-1, -1, 0, -1, -1, 2, -1, -1, 0};
     rp_gguf_w_set_arr(w, "zamba2.shared_block", RP_GGUF_INT32, b, 9);
 }
-static void e_blocks_none(rp_gguf_writer *w) { rp_gguf_w_remove(w, "zamba2.shared_block"); }
+static void e_blocks_none(rp_gguf_writer *w) {
+    rp_gguf_w_remove(w, "zamba2.shared_block");
+}
 static void e_key_length(rp_gguf_writer *w) {
     rp_gguf_w_set_u32(w, "zamba2.attention.key_length", 8);
     rp_gguf_w_set_u32(w, "zamba2.attention.value_length", 8);
     rp_gguf_w_set_u32(w, "zamba2.rope.dimension_count", 8);
 }
-static void e_groups(rp_gguf_writer *w) { rp_gguf_w_set_u32(w, "zamba2.ssm.group_count", 3); }
-static void e_inner(rp_gguf_writer *w) { rp_gguf_w_set_u32(w, "zamba2.ssm.inner_size", 120); }
+static void e_groups(rp_gguf_writer *w) {
+    rp_gguf_w_set_u32(w, "zamba2.ssm.group_count", 3);
+}
+static void e_inner(rp_gguf_writer *w) {
+    rp_gguf_w_set_u32(w, "zamba2.ssm.inner_size", 120);
+}
 
 void test_zamba2_refusals(void) {
     char pa[1024], pm[1024];
@@ -233,7 +260,8 @@ void test_zamba2_refusals(void) {
         const char *needle;
     } cases[] = {
         {pa, NULL, NULL, e_no_rank, RP_ERR_FORMAT, "refusing to guess its rank"},
-        {pa, NULL, NULL, e_rank0, RP_ERR_FORMAT, "blk.2.ffn_gate_up_adapter_a.weight' is an adapter"},
+        {pa, NULL, NULL, e_rank0, RP_ERR_FORMAT,
+         "blk.2.ffn_gate_up_adapter_a.weight' is an adapter"},
         {pa, NULL, NULL, e_rank5, RP_ERR_FORMAT, "ffn_gate_up_adapter_a.weight' has shape"},
         {pa, NULL, NULL, e_no_attn_rank, RP_ERR_FORMAT, "attn_adapter_rank"},
         {pa, NULL, NULL, e_blocks_short, RP_ERR_FORMAT, "zamba2.shared_block' has 5 entries"},
@@ -244,15 +272,21 @@ void test_zamba2_refusals(void) {
         {pa, NULL, NULL, e_groups, RP_ERR_FORMAT, "group_count 3"},
         {pa, NULL, NULL, e_inner, RP_ERR_FORMAT, "ssm_in.weight' has shape"},
         /* the block's tensors are stored at its first hybrid layer only */
-        {pa, "blk.2.attn_k.weight", NULL, NULL, RP_ERR_FORMAT, "shared block 0 (stored at its first hybrid layer 2"},
-        {pa, "blk.5.ffn_up.weight", NULL, NULL, RP_ERR_FORMAT, "missing tensor 'blk.5.ffn_up.weight'"},
-        {pa, "blk.8.hybrid_proj.weight", NULL, NULL, RP_ERR_FORMAT, "missing tensor 'blk.8.hybrid_proj.weight'"},
-        {pa, "blk.8.ffn_gate_up_adapter_b.weight", NULL, NULL, RP_ERR_FORMAT, "blk.8.ffn_gate_up_adapter_b.weight"},
-        {pa, "blk.2.ssm_conv1d.weight", NULL, NULL, RP_ERR_FORMAT, "missing tensor 'blk.2.ssm_conv1d.weight'"},
+        {pa, "blk.2.attn_k.weight", NULL, NULL, RP_ERR_FORMAT,
+         "shared block 0 (stored at its first hybrid layer 2"},
+        {pa, "blk.5.ffn_up.weight", NULL, NULL, RP_ERR_FORMAT,
+         "missing tensor 'blk.5.ffn_up.weight'"},
+        {pa, "blk.8.hybrid_proj.weight", NULL, NULL, RP_ERR_FORMAT,
+         "missing tensor 'blk.8.hybrid_proj.weight'"},
+        {pa, "blk.8.ffn_gate_up_adapter_b.weight", NULL, NULL, RP_ERR_FORMAT,
+         "blk.8.ffn_gate_up_adapter_b.weight"},
+        {pa, "blk.2.ssm_conv1d.weight", NULL, NULL, RP_ERR_FORMAT,
+         "missing tensor 'blk.2.ssm_conv1d.weight'"},
         /* A = -exp(A_log) < 0: a file holding A_log itself is refused */
         {pa, NULL, "blk.3.ssm_a", NULL, RP_ERR_FORMAT, "'blk.3.ssm_a'[0] = 0"},
         /* merged form: every hybrid layer has its own ffn_up */
-        {pm, "blk.8.ffn_up.weight", NULL, NULL, RP_ERR_FORMAT, "hybrid layer 8 has no 'blk.8.ffn_up.weight'"},
+        {pm, "blk.8.ffn_up.weight", NULL, NULL, RP_ERR_FORMAT,
+         "hybrid layer 8 has no 'blk.8.ffn_up.weight'"},
     };
     for (size_t i = 0; i < RP_ARRAY_LEN(cases); i++) {
         char out[64];
@@ -261,8 +295,8 @@ void test_zamba2_refusals(void) {
         REQUIRE(path, "case %zu: rewrite", i);
         rp_model *m = NULL;
         rp_status s = rp_model_load(path, NULL, &m);
-        CHECK(s == cases[i].want && strstr(rp_last_error(), cases[i].needle), "case %zu: status %d, message '%s'", i,
-              (int)s, rp_last_error());
+        CHECK(s == cases[i].want && strstr(rp_last_error(), cases[i].needle),
+              "case %zu: status %d, message '%s'", i, (int)s, rp_last_error());
         rp_model_free(m);
     }
     /* the unedited copies load */
@@ -270,4 +304,3 @@ void test_zamba2_refusals(void) {
     CHECK(m, "unedited copy loads");
     rp_model_free(m);
 }
-

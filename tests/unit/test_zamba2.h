@@ -13,8 +13,8 @@
 #include <string.h>
 
 /* A context with an F32 KV cache. */
-static inline bool open_ctx(const rp_model *m, const char *repeat, const char *map, int n_ctx, int n_seq, int n_threads,
-                     rp_context **c) {
+static inline bool open_ctx(const rp_model *m, const char *repeat, const char *map, int n_ctx,
+                            int n_seq, int n_threads, rp_context **c) {
     rp_context_params cp = rp_context_default_params();
     cp.type_k = cp.type_v = RP_TYPE_F32;
     cp.n_ctx = (uint32_t)n_ctx;
@@ -29,7 +29,8 @@ static inline bool open_ctx(const rp_model *m, const char *repeat, const char *m
 
 static inline rp_model *load(const char *path) {
     rp_model *m = NULL;
-    if (path && rp_model_load(path, NULL, &m)) fprintf(stderr, "  load %s: %s\n", path, rp_last_error());
+    if (path && rp_model_load(path, NULL, &m))
+        fprintf(stderr, "  load %s: %s\n", path, rp_last_error());
     return m;
 }
 
@@ -46,7 +47,8 @@ static inline bool run_chunks(rp_context *c, const int32_t *toks, int n, int chu
             fprintf(stderr, "  decode: %s\n", rp_last_error());
             return false;
         }
-        for (int j = 0; j < k; j++) memcpy(out + (size_t)(i + j) * nv, rp_get_logits(c, j), (size_t)nv * sizeof(float));
+        for (int j = 0; j < k; j++)
+            memcpy(out + (size_t)(i + j) * nv, rp_get_logits(c, j), (size_t)nv * sizeof(float));
     }
     return true;
 }
@@ -55,7 +57,8 @@ typedef void (*edit_fn)(rp_gguf_writer *w);
 
 /* Rewrites src through the writer: tensors named skip are left out, those
  * whose name contains `zero` get zero data; edit changes keys. */
-static inline const char *rewrite(const char *src, const char *out, const char *skip, const char *zero, edit_fn edit) {
+static inline const char *rewrite(const char *src, const char *out, const char *skip,
+                                  const char *zero, edit_fn edit) {
     rp_gguf *g;
     if (rp_gguf_open(src, &g)) return NULL;
     rp_gguf_writer *w = rp_gguf_writer_new();
