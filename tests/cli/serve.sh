@@ -58,10 +58,11 @@ expect_error serve_bad_host "cannot resolve" "$BIN" serve -m "$M" --host no.such
 "$BIN" serve --help > "$T/help.txt" 2>&1 && grep -q -- "--api-key" "$T/help.txt" && grep -q -- "--repeat-layers" "$T/help.txt" \
     && ok serve_help || fail serve_help "$(head -3 "$T/help.txt")"
 
-# ---- A: a plan, 4 slots: endpoints, greedy == run, streaming, stops, errors, load
+# ---- A: a plan, 4 slots, prompts fed in chunks of 32 between generated tokens: endpoints,
+# greedy == run (which decodes the prompt in one pass), streaming, stops, errors, load
 # (under ASan a small quarantine keeps freed memory from counting as growth)
 [ "$ASAN" = 1 ] && export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=8"
-if start_server A -np 4 -c 256 --repeat-layers 1,3 --chat-template chatml --max-body 65536; then
+if start_server A -np 4 -c 256 -b 32 --repeat-layers 1,3 --chat-template chatml --max-body 65536; then
     grep -q "plan: --repeat-layers 1,3: 5 -> 7 layers" "$T/A.err" && ok serve_startup_plan_log \
         || fail serve_startup_plan_log "$(head -5 "$T/A.err")"
     # a second server cannot take the same port
