@@ -12,6 +12,7 @@ typedef struct command {
 
 static const command g_commands[] = {
     {"run", cmd_run, "generate text from a prompt"},
+    {"perplexity", cmd_perplexity, "perplexity of a text; KL divergence against a base model"},
     {"chat", cmd_chat, "talk with a model through its chat template"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"inspect", cmd_inspect, "show a GGUF file's header, metadata and tensors"},

@@ -107,6 +107,7 @@ bool parse_int_list(const char *s, int32_t **out, size_t *n); /* "1,2,3" or "1 2
 
 int cmd_inspect(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
