@@ -368,13 +368,18 @@ int cmd_perplexity(int argc, char **argv) {
         }
     }
     const int n_seq = imin((int)n_seq_max, w.n_chunk);
-    if (g_verbosity > 0)
+    if (g_verbosity > 0) {
+        char from[96];
+        if (kld_mode)
+            snprintf(from, sizeof from, "the base file's windows");
+        else
+            snprintf(from, sizeof from, "%zu of %zu tokens", (size_t)w.n_chunk * (size_t)w.n_ctx,
+                     n_tok);
         fprintf(stderr,
-                "perplexity: %d chunks of %d tokens (%zu of %zu tokens), scoring the last %d "
-                "of each; %d chunk%s per batch\n",
-                w.n_chunk, w.n_ctx, (size_t)w.n_chunk * (size_t)w.n_ctx,
-                kld_mode ? (size_t)w.n_chunk * w.n_ctx : n_tok, w.n_score, n_seq,
-                n_seq > 1 ? "s" : "");
+                "perplexity: %d chunks of %d tokens (%s), scoring the last %d of each; %d chunk%s "
+                "per batch\n",
+                w.n_chunk, w.n_ctx, from, w.n_score, n_seq, n_seq > 1 ? "s" : "");
+    }
     run.w = &w;
     run.stream = !isatty(1);
     progress_init(&run.pr, cmd);
