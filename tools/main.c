@@ -17,6 +17,7 @@ static const command g_commands[] = {
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"inspect", cmd_inspect, "show a GGUF file's header, metadata and tensors"},
     {"synth", cmd_synth, "write a deterministic random-weight model"},
+    {"convert", cmd_convert, "convert a Hugging Face checkpoint (safetensors) to GGUF"},
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server (continuous batching over N slots)"},
     {"merge", cmd_merge, "write a plan as a physically merged GGUF file"},
     {"demo", cmd_demo, "the `make run` job: a short generation on the built-in demo model"},

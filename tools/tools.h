@@ -111,6 +111,7 @@ int cmd_perplexity(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
 int cmd_gguf_copy(int argc, char **argv);

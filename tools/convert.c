@@ -1,0 +1,118 @@
+/* reprise convert: a Hugging Face checkpoint directory to a GGUF file. */
+#include "convert.h"
+#include "tools.h"
+#include "types.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+static void print_plan(const rp_conv *cv) {
+    size_t n = rp_conv_n_out(cv);
+    printf("%-36s %-5s %-22s %12s  %s\n", "tensor", "type", "shape (GGUF order)", "bytes", "from");
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        const rp_conv_out *o = rp_conv_out_at(cv, i);
+        char shape[64];
+        size_t k = 0;
+        for (uint32_t d = 0; d < o->n_dims && k < sizeof shape; d++)
+            k += (size_t)snprintf(shape + k, sizeof shape - k, "%s%" PRId64, d ? ", " : "[",
+                                  o->ne[d]);
+        if (k < sizeof shape) snprintf(shape + k, sizeof shape - k, "]");
+        uint64_t bytes =
+            rp_row_size(o->type, o->ne[0]) * (uint64_t)(o->ne[1] * o->ne[2] * o->ne[3]);
+        total += bytes;
+        printf("%-36s %-5s %-22s %12" PRIu64 "  %s%s%s%s%s\n", o->name, rp_type_name(o->type),
+               shape, bytes, o->n_src ? o->src[0]->name : "", o->n_src ? " (" : "",
+               o->n_src ? o->src[0]->dtype : "", o->n_src ? ")" : "", "");
+        if (o->note) printf("%-36s %-5s %-22s %12s  %s\n", "", "", "", "", o->note);
+    }
+    uint64_t size = rp_conv_file_size(cv);
+    printf("\n%zu tensors, %" PRIu64 " bytes of tensor data; %s %s, %" PRId64 " tokens\n", n, total,
+           rp_conv_hf_arch(cv), rp_conv_arch_name(cv), rp_conv_n_tokens(cv));
+    printf("file size: %" PRIu64 " bytes (%.2f MiB)\n", size, (double)size / 1048576.0);
+}
+
+int cmd_convert(int argc, char **argv) {
+    const char *cmd = "convert";
+    rp_convert_params p = rp_convert_default_params();
+    const char *out = NULL, *outtype = "f16";
+    bool dry_run = false, quiet = false;
+    const arg_opt opts[] = {
+        {"-o|--outfile", ARG_STR, &out, "FILE",
+         "output GGUF (written to a temporary file, then renamed)"},
+        {"--outtype", ARG_STR, &outtype, "TYPE",
+         "type of the matrices: f32, f16 (default), bf16, q8_0 or auto"},
+        {"--dry-run", ARG_FLAG, &dry_run, NULL,
+         "print the tensor table and the file size; write nothing (works on a config.json alone)"},
+        {"--vocab-only", ARG_FLAG, &p.vocab_only, NULL, "write the metadata and tokenizer only"},
+        {"--no-vocab", ARG_FLAG, &p.no_vocab, NULL,
+         "convert without a tokenizer (tokenizer.ggml.model = none)"},
+        {"--vocab-pre", ARG_STR, &p.vocab_pre, "NAME",
+         "tokenizer.ggml.pre for a pre-tokenizer reprise does not know"},
+        {"-q|--quiet", ARG_FLAG, &quiet, NULL, "only errors on stderr"},
+        {0},
+    };
+    const arg_opt *tables[] = {opts, NULL};
+    const char *pos[1];
+    int n_pos = 0;
+    arg_spec spec = {
+        cmd,
+        "reprise convert HF_DIR -o OUT.gguf [--outtype f32|f16|bf16|q8_0|auto] [--dry-run]",
+        "Converts a Hugging Face checkpoint (config.json, *.safetensors, tokenizer.json) to GGUF "
+        "with\n"
+        "the names, keys and layouts llama.cpp's converter writes. Architectures: "
+        "LlamaForCausalLM,\nQwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM. 1-D tensors "
+        "stay F32; "
+        "q8_0 falls back\nto f16 for rows that are not a multiple of 32.",
+        tables,
+        pos,
+        1,
+        &n_pos};
+    bool help;
+    if (!args_parse(&spec, argc, argv, &help)) return help ? 0 : 2;
+    if (quiet) g_verbosity = 0;
+    if (n_pos != 1) {
+        tool_error(cmd, "give one checkpoint directory (see --help)");
+        return 2;
+    }
+    if (!out && !dry_run) {
+        tool_error(cmd, "no output file (-o FILE), or --dry-run");
+        return 2;
+    }
+    if (p.vocab_only && p.no_vocab) {
+        tool_error(cmd, "--vocab-only and --no-vocab exclude each other");
+        return 2;
+    }
+    if (!strcmp(outtype, "auto"))
+        p.outtype = -1;
+    else {
+        p.outtype = rp_type_from_name(outtype);
+        if (p.outtype != RP_TYPE_F32 && p.outtype != RP_TYPE_F16 && p.outtype != RP_TYPE_BF16 &&
+            p.outtype != RP_TYPE_Q8_0) {
+            tool_error(cmd, "--outtype '%s' is not one of f32, f16, bf16, q8_0, auto", outtype);
+            return 2;
+        }
+    }
+    p.dir = pos[0];
+    p.shapes_from_config = dry_run;
+    rp_conv *cv;
+    rp_status s = rp_conv_open(&p, &cv);
+    if (s) return tool_fail(cmd, s);
+    if (dry_run) {
+        if (rp_conv_from_shapes(cv))
+            printf("(no weights in %s: shapes from config.json)\n", pos[0]);
+        print_plan(cv);
+        rp_conv_free(cv);
+        return 0;
+    }
+    progress pr;
+    progress_init(&pr, "converting");
+    s = rp_conv_write(cv, out, progress_cb, &pr);
+    progress_done(&pr);
+    if (!s && g_verbosity > 0)
+        fprintf(stderr, "wrote %s: %s -> %s, %zu tensors, %" PRIu64 " bytes\n", out,
+                rp_conv_hf_arch(cv), rp_conv_arch_name(cv), rp_conv_n_out(cv),
+                rp_conv_file_size(cv));
+    rp_conv_free(cv);
+    return s ? tool_fail(cmd, s) : 0;
+}
