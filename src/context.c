@@ -119,6 +119,28 @@ int rp_context_step_src(const rp_context *c, int eff) {
 uint64_t rp_context_state_bytes(const rp_context *c) { return c->state.kv_bytes + c->state.rec_bytes; }
 int rp_n_vocab(const rp_context *c) { return c->model->hp.n_vocab; }
 
+/* "    swa  = sliding window of 8, rope base 10000, KV ring of 519 cells per sequence" */
+static void describe_step_type(rp_buf *b, const rp_context *c, int e) {
+    const rp_model *m = c->model;
+    const rp_layer_info *li = &m->info[c->plan->src[e]];
+    rp_buf_printf(b, "    %-4s = ", rp_layer_kind_name(li->kind));
+    if (li->kind == RP_LAYER_ATTN_SWA)
+        rp_buf_printf(b, "sliding window of %d", li->window);
+    else if (li->kind == RP_LAYER_ATTN)
+        rp_buf_printf(b, "full causal attention");
+    else
+        rp_buf_printf(b, "recurrent mixer%s", li->kind == RP_LAYER_HYBRID ? " + shared attention" : "");
+    if (li->has_kv) {
+        const rp_rope_params *r = &m->hp.rope[li->rope_set];
+        if (r->n_rot > 0) rp_buf_printf(b, ", rope base %g", (double)r->freq_base);
+        if (r->n_rot > 0 && r->freq_scale != 1.0f) rp_buf_printf(b, " scaled x%g", 1.0 / (double)r->freq_scale);
+        int cap = rp_ctx_kv(c, e, 0)->cap;
+        rp_buf_printf(b, cap < c->n_ctx ? ", KV ring of %d cells per sequence" : ", KV %d cells per sequence", cap);
+    }
+    if (li->rec_floats) rp_buf_printf(b, ", recurrent state %zu floats per sequence", li->rec_floats);
+    rp_buf_printf(b, "\n");
+}
+
 int rp_context_plan_report(const rp_context *c, char *buf, size_t size) {
     const rp_plan *p = c->plan;
     const rp_model *m = c->model;
@@ -135,14 +157,23 @@ int rp_context_plan_report(const rp_context *c, char *buf, size_t size) {
         rp_buf_printf(&b, "  eff->src: %s%s\n", fmt, p->n_eff > 1 && strchr(fmt, '|') ? "   ('|' = seam)" : "");
         free(fmt);
     }
-    /* step kinds when the model mixes them */
+    /* step types when the model mixes them: each step is its source layer's type */
     bool mixed = false;
     for (int l = 1; l < m->hp.n_trunk; l++) mixed |= m->info[l].kind != m->info[0].kind;
     if (mixed) {
-        rp_buf_printf(&b, "  steps:");
+        rp_buf_printf(&b, "  steps (eff:src type):");
         for (int e = 0; e < p->n_eff; e++)
-            rp_buf_printf(&b, " %d:%d%s", e, p->src[e], rp_layer_kind_name(m->info[p->src[e]].kind));
+            rp_buf_printf(&b, "%s %d:%d %s", e == 0 ? "" : p->seam[e] ? " |" : ",", e, p->src[e],
+                          rp_layer_kind_name(m->info[p->src[e]].kind));
         rp_buf_printf(&b, "\n");
+        for (int e = 0; e < p->n_eff; e++) {
+            bool seen = false; /* one line per distinct (type, window, rotary table) */
+            for (int f = 0; f < e && !seen; f++) {
+                const rp_layer_info *a = &m->info[p->src[e]], *o = &m->info[p->src[f]];
+                seen = a->kind == o->kind && a->window == o->window && a->rope_set == o->rope_set;
+            }
+            if (!seen) describe_step_type(&b, c, e);
+        }
     }
     if (m->hp.n_layer > m->hp.n_trunk)
         rp_buf_printf(&b, "  NextN/MTP head: layers %d..%d (loaded, never part of a plan)\n", m->hp.n_trunk,
@@ -157,6 +188,20 @@ int rp_context_plan_report(const rp_context *c, char *buf, size_t size) {
                       "extra weight bytes: 0\n",
                   kv_plan, kv_growth, (double)rp_context_state_bytes(c) / 1048576.0, c->n_seq, c->n_ctx,
                   comp_growth);
+    /* what the sliding-window rings save: the same steps with every position kept */
+    uint64_t full = c->state.rec_bytes;
+    bool rings = false;
+    const uint64_t esk = c->params.type_k == RP_TYPE_F16 ? 2 : 4, esv = c->params.type_v == RP_TYPE_F16 ? 2 : 4;
+    for (int e = 0; e < p->n_eff; e++) {
+        const rp_layer_info *li = &m->info[p->src[e]];
+        if (!li->has_kv) continue;
+        rings |= rp_ctx_kv(c, e, 0)->cap < c->n_ctx;
+        full += ((uint64_t)li->head_dim_k * esk + (uint64_t)li->head_dim_v * esv) * (uint64_t)li->n_head_kv *
+                (uint64_t)c->n_ctx * (uint64_t)c->n_seq;
+    }
+    if (rings)
+        rp_buf_printf(&b, "  sliding-window rings: %.2f MiB of state instead of %.2f MiB with every position kept\n",
+                      (double)rp_context_state_bytes(c) / 1048576.0, (double)full / 1048576.0);
     int band;
     int nb = rp_plan_boundary_repeats(p, &band);
     if (nb)
@@ -300,6 +345,19 @@ rp_status rp_kv_seq_truncate(rp_context *c, int seq, int p) {
         if (c->state.rec[(size_t)e * (size_t)c->n_seq + (size_t)seq] && p != c->state.seq_len[seq])
             return rp_fail(RP_ERR_UNSUPPORTED,
                            "sequence %d: recurrent state cannot be rolled back to position %d", seq, p);
+    /* A sliding-window ring holds the last cap positions; the next token at p
+     * must still find its window p-window+1 .. p-1 there. */
+    for (int e = 0; e < c->state.n_steps; e++) {
+        const rp_kv_view *kv = rp_ctx_kv(c, e, seq);
+        const rp_layer_info *li = &c->model->info[c->plan->src[e]];
+        if (!kv->k || kv->cap >= c->n_ctx || li->kind != RP_LAYER_ATTN_SWA) continue;
+        const int oldest = c->state.seq_len[seq] - kv->cap;
+        if (RP_MAX(0, p - li->window + 1) < oldest)
+            return rp_fail(RP_ERR_UNSUPPORTED,
+                           "sequence %d: step %d (source layer %d) keeps a sliding-window ring of the last %d "
+                           "positions; it cannot be rolled back from %d to %d (%d at the earliest)",
+                           seq, e, c->plan->src[e], kv->cap, c->state.seq_len[seq], p, oldest + li->window - 1);
+    }
     c->state.seq_len[seq] = p;
     return RP_OK;
 }

@@ -129,6 +129,29 @@ void rp_gelu_tanh_mul(float *gate, const float *up, int n) {
     }
 }
 
+/* ggml's CPU backend defines GGML_GELU_FP16: for |x| < 10 it reads GELU from
+ * a table indexed by x rounded to fp16, whose entries are GELU(that fp16
+ * value) rounded to fp16; below -10 it gives 0, from 10 up x itself. The
+ * same values computed here without the table (one tanhf per element, as in
+ * rp_gelu_tanh_mul), so no shared state needs initializing. */
+static float gelu_tanh_f32(float x) {
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x)));
+}
+
+void rp_gelu_tanh_f16_mul(float *gate, const float *up, int n) {
+    for (int i = 0; i < n; i++) {
+        float x = gate[i], g;
+        if (x <= -10.0f)
+            g = 0.0f;
+        else if (x >= 10.0f)
+            g = x;
+        else
+            g = rp_fp16_to_fp32(rp_fp32_to_fp16(gelu_tanh_f32(rp_fp16_to_fp32(rp_fp32_to_fp16(x)))));
+        gate[i] = g * up[i];
+    }
+}
+
 void rp_gelu_erf_mul(float *gate, const float *up, int n) {
     for (int i = 0; i < n; i++) {
         float x = gate[i];

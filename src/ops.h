@@ -47,6 +47,10 @@ void rp_rope_apply(float *x, int n_tok, int stride, int n_head, int head_dim, in
 void rp_silu_mul(float *gate, const float *up, int n);      /* gate = silu(gate) * up */
 void rp_gelu_tanh_mul(float *gate, const float *up, int n); /* gate = gelu_tanh(gate) * up */
 void rp_gelu_erf_mul(float *gate, const float *up, int n);  /* gate = gelu_erf(gate) * up */
+/* gate = gelu_tanh(gate) * up with GELU as ggml's CPU backend evaluates it on
+ * F32 (GGML_GELU_FP16): through fp16, i.e. fp16(gelu(fp16(x))) for |x| < 10,
+ * 0 below -10, x from 10 up. What llama.cpp computes for Gemma's GeGLU. */
+void rp_gelu_tanh_f16_mul(float *gate, const float *up, int n);
 void rp_add(float *y, const float *x, int n);               /* y += x */
 void rp_scale(float *y, float s, int n);
 void rp_softcap(float *x, float cap, int n); /* x = cap * tanh(x / cap) */

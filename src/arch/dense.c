@@ -208,6 +208,8 @@ rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
             rp_silu_mul(d->gate, d->up, (int)nf);
         else if (cfg->act == RP_ACT_GELU_TANH)
             rp_gelu_tanh_mul(d->gate, d->up, (int)nf);
+        else if (cfg->act == RP_ACT_GELU_TANH_F16)
+            rp_gelu_tanh_f16_mul(d->gate, d->up, (int)nf);
         else
             rp_gelu_erf_mul(d->gate, d->up, (int)nf);
         rp_matmul(&c->cc, L->ffn_down, d->gate, n, d->tmp);

@@ -204,13 +204,17 @@ static rp_status load_sections(rp_model *m, q35_hp *q) {
         }
     }
     const int sum = q->sections[0] + q->sections[1] + q->sections[2] + q->sections[3];
-    if (q->sections[0] + q->sections[1] + q->sections[2] == 0 || sum > m->hp.head_dim_k)
-        return rp_fail(RP_ERR_FORMAT,
-                       "%s: key '%s' = [%d, %d, %d, %d] does not fit %d rotary pairs", m->path, key,
-                       q->sections[0], q->sections[1], q->sections[2], q->sections[3], half);
+    if (half > 0 &&
+        (q->sections[0] + q->sections[1] + q->sections[2] == 0 || sum > m->hp.head_dim_k))
+        return rp_fail(
+            RP_ERR_FORMAT,
+            "%s: key '%s' = [%d, %d, %d, %d]: the first three sections must not all be 0 and "
+            "the sum must not exceed head_dim %d",
+            m->path, key, q->sections[0], q->sections[1], q->sections[2], q->sections[3],
+            m->hp.head_dim_k);
     q->rope_zero = rp_calloc((size_t)half + 1, 1, "rope sections");
     if (!q->rope_zero) return RP_ERR_NOMEM;
-    for (int i = 0; i < half; i++) {
+    for (int i = 0; v && i < half; i++) { /* absent key: plain rope, no pair at position 0 */
         const int sec = i % sum, r = sec % 3;
         q->rope_zero[i] = !(sec < 3 * q->sections[r]);
     }

@@ -467,6 +467,7 @@ typedef struct variant {
     int n_arr;
     int arr_type;       /* element type of arr (RP_GGUF_UINT32 default) */
     const char *drop;   /* tensor left out */
+    const char *remove; /* metadata key left out */
     const char *to_f16; /* 2-D F32 tensor stored as F16 */
     bool f16_values;    /* keep it F32, holding the values F16 rounding gives */
 } variant;
@@ -483,6 +484,8 @@ static const char *write_variant(const char *name, const variant *v) {
                               (uint64_t)v->n_arr);
     else if (!s && v->key)
         s = rp_gguf_w_set_u32(w, v->key, v->u);
+    if (!s && v->remove && !rp_gguf_w_remove(w, v->remove))
+        s = RP_ERR_INVALID_ARG; /* no such key */
     for (uint64_t i = 0; !s && i < rp_gguf_n_tensors(g); i++) {
         const rp_gguf_tensor *t = rp_gguf_tensor_at(g, i);
         if (v->drop && !strcmp(t->name, v->drop)) continue;
@@ -583,6 +586,10 @@ void test_qwen35_files(void) {
                                              .arr_type = RP_GGUF_BOOL});
     REQUIRE(p && tail_logits(p, got), "bool recurrent_layers");
     CHECK(!memcmp(base, got, sizeof base), "bool recurrent_layers changes the logits");
+    /* without rope sections every rotary pair takes the position, as [3, 3, 2, 0] does */
+    p = write_variant("nosec.gguf", &(variant){.remove = "qwen35.rope.dimension_sections"});
+    REQUIRE(p && tail_logits(p, got), "no rope sections");
+    CHECK(!memcmp(base, got, sizeof base), "absent rope sections change the logits");
     /* a conv kernel stored as F16 is read as exactly the floats it holds */
     p = write_variant("convf16.gguf", &(variant){.to_f16 = "blk.0.ssm_conv1d.weight"});
     REQUIRE(p && tail_logits(p, got), "F16 conv kernel");
