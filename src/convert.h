@@ -42,6 +42,8 @@ typedef struct rp_convert_params {
     bool shapes_from_config; /* a directory without weights is planned from config.json
                               * (for --dry-run; needs the architecture's shapes callback) */
     const char *vocab_pre;   /* force tokenizer.ggml.pre of a byte-level BPE tokenizer */
+    bool zamba2_merged; /* Zamba2: write the older merged form (each visit's adapter baked into a
+                         * full per-layer matrix) instead of shared blocks + adapter pairs */
 } rp_convert_params;
 
 rp_convert_params rp_convert_default_params(void);

@@ -6,9 +6,10 @@
 #include <string.h>
 
 extern const rp_conv_arch rp_conv_llama, rp_conv_qwen2, rp_conv_qwen3, rp_conv_gemma3;
+extern const rp_conv_arch rp_conv_zamba2;
 
 static const rp_conv_arch *const g_conv_archs[] = {
-    &rp_conv_llama, &rp_conv_qwen2, &rp_conv_qwen3, &rp_conv_gemma3,
+    &rp_conv_llama, &rp_conv_qwen2, &rp_conv_qwen3, &rp_conv_gemma3, &rp_conv_zamba2,
 };
 
 const rp_conv_arch *rp_conv_arch_find(const char *hf_arch) {

@@ -49,6 +49,9 @@ int cmd_convert(int argc, char **argv) {
          "convert without a tokenizer (tokenizer.ggml.model = none)"},
         {"--vocab-pre", ARG_STR, &p.vocab_pre, "NAME",
          "tokenizer.ggml.pre for a pre-tokenizer reprise does not know"},
+        {"--zamba2-merged", ARG_FLAG, &p.zamba2_merged, NULL,
+         "Zamba2: the older merged form (each visit's MLP adapter baked into its own full ffn_up) "
+         "instead of shared blocks stored once + adapter pairs"},
         {"-q|--quiet", ARG_FLAG, &quiet, NULL, "only errors on stderr"},
         {0},
     };

@@ -42,3 +42,30 @@ check_merge merge_map_reorders_blocks "$T/a.gguf" --layer-map "0..1,5,2..8"
 expect_error merge_refuses_lost_block "first visit of shared block 0" \
     "$BIN" merge -m "$T/a.gguf" --layer-map "0,1,8,2..7" -o "$T/bad.gguf"
 [ ! -e "$T/bad.gguf" ] && ok merge_refusal_leaves_nothing || fail merge_refusal_leaves_nothing "output exists"
+
+# the converter: both forms of the tiny transformers checkpoints run the same model
+W="$S/text/war-and-peace.txt"
+for f in mem1 mem2; do
+    D=tests/fixtures/hf/zamba2-$f
+    "$BIN" convert "$D" -o "$T/$f-a.gguf" --outtype f32 -q 2> "$T/err" &&
+        "$BIN" convert "$D" -o "$T/$f-m.gguf" --outtype f32 --zamba2-merged -q 2>> "$T/err" ||
+        { fail "convert_$f" "$(tail -1 "$T/err")"; continue; }
+    ok "convert_$f"
+    a=$("$BIN" run -m "$T/$f-a.gguf" -p "$P" -n 48 --temp 0 -t 1 2>/dev/null | od -An -tx1)
+    m=$("$BIN" run -m "$T/$f-m.gguf" -p "$P" -n 48 --temp 0 -t 1 2>/dev/null | od -An -tx1)
+    [ -n "$a" ] && [ "$a" = "$m" ] && ok "greedy_same_both_forms_$f" || fail "greedy_same_both_forms_$f" "texts differ"
+    "$BIN" perplexity -m "$T/$f-a.gguf" -f "$W" -c 128 --chunks 6 -t 1 --kl-divergence-base "$T/$f.kld" > "$T/pa" 2>&1 &&
+        "$BIN" perplexity -m "$T/$f-m.gguf" --kl-divergence-base "$T/$f.kld" --kl-divergence -t 1 > "$T/pm" 2>&1 ||
+        { fail "kld_merged_vs_adapters_$f" "$(tail -1 "$T/pm")"; continue; }
+    kld=$(sed -n 's/^Mean *KLD: *\([0-9.e-]*\).*/\1/p' "$T/pm")
+    top=$(sed -n 's/^Same top p: *\([0-9.]*\).*/\1/p' "$T/pm")
+    awk -v k="$kld" -v t="$top" 'BEGIN { exit !(k != "" && k + 0 < 1e-5 && t + 0 >= 99) }' &&
+        ok "kld_merged_vs_adapters_$f" || fail "kld_merged_vs_adapters_$f" "mean KLD '$kld', same top p '$top'"
+done
+
+# Zamba2-7B-Instruct's shapes from its config.json alone: the merged form
+# costs 13 full gate_up matrices where the adapter form stores 2 + 13 pairs
+size_of() { "$BIN" convert tests/fixtures/hf/zamba2-7b-config --dry-run --no-vocab "$@" 2>/dev/null | sed -n 's/^file size: \([0-9]*\) bytes.*/\1/p'; }
+a=$(size_of); m=$(size_of --zamba2-merged)
+awk -v a="$a" -v m="$m" 'BEGIN { d = m - a; exit !(a > 0 && d > 2.14e9 && d < 2.16e9) }' &&
+    ok dry_run_7b_saving || fail dry_run_7b_saving "adapter form '$a' bytes, merged '$m' bytes"
