@@ -597,3 +597,45 @@ void test_gemma2_model(void) {
     rp_context_free(full);
     rp_model_free(m);
 }
+
+/* Rotary tables: global layers take the file's base and scaling; gemma3's
+ * local layers rope base 10000 unscaled (or rope.freq_base_swa), gemma2's the
+ * global base and scaling unless rope.freq_base_swa says otherwise. */
+void test_gemma_rope_tables(void) {
+    const char *path = test_tmp("gemma-rope.gguf");
+    struct {
+        const char *arch;
+        const char *edits[3];
+        float base0, scale0, base1, scale1;
+    } cases[] = {
+        {"gemma3",
+         {"gemma3.rope.scaling.type='linear'", "gemma3.rope.scaling.factor=8.0"},
+         1e6f,
+         0.125f,
+         1e4f,
+         1.0f},
+        {"gemma3", {"gemma3.rope.freq_base_swa=5000.0"}, 1e6f, 1.0f, 5000.0f, 1.0f},
+        {"gemma2",
+         {"gemma2.rope.scaling.type='linear'", "gemma2.rope.scaling.factor=2.0"},
+         1e4f,
+         0.5f,
+         1e4f,
+         0.5f},
+        {"gemma2", {"gemma2.rope.freq_base_swa=20000.0"}, 1e4f, 1.0f, 2e4f, 1.0f},
+    };
+    for (size_t i = 0; i < RP_ARRAY_LEN(cases); i++) {
+        int n = 0;
+        while (n < 3 && cases[i].edits[n]) n++;
+        REQUIRE(write_model(cases[i].arch, 6, 16, path, cases[i].edits, n), "write");
+        rp_model *m;
+        REQUIRE(rp_model_load(path, NULL, &m) == RP_OK, "%s", rp_last_error());
+        const rp_rope_params *r = m->hp.rope;
+        CHECK(r[0].freq_base == cases[i].base0 && r[0].freq_scale == cases[i].scale0 &&
+                  r[1].freq_base == cases[i].base1 && r[1].freq_scale == cases[i].scale1 &&
+                  m->info[0].rope_set == 1 && m->info[5].rope_set == 0,
+              "%s %s: global %g x%g, local %g x%g", cases[i].arch, cases[i].edits[0],
+              (double)r[0].freq_base, (double)r[0].freq_scale, (double)r[1].freq_base,
+              (double)r[1].freq_scale);
+        rp_model_free(m);
+    }
+}
