@@ -1,3 +1,17 @@
+/* Matrix products over the thread pool.
+ *
+ * One token (generation): the rows are split across threads in slices of 16
+ * and each thread streams its slice once through the kernel's gemv (or
+ * vec_dot row by row).
+ *
+ * Several tokens (prompt processing): the activations are quantized and
+ * re-encoded once, in parallel, into groups of RP_GEMM_GROUP tokens; then each
+ * thread takes a slice of rows and runs the type's gemm kernel over chunks of
+ * token groups small enough to stay in L2, so a weight row is read once per
+ * chunk and each activation byte once per pair of rows.
+ *
+ * Every path returns, for each output, exactly the float the type's vec_dot
+ * returns: a batch equals the same tokens one at a time. */
 #include "matmul.h"
 #include "kernels/kernels.h"
 #include "types.h"
@@ -5,31 +19,102 @@
 
 #include <string.h>
 
+/* tokens from which the gemm path beats one gemv per token */
+#define GEMM_MIN_TOKENS 3
+/* token groups per chunk: ~128 tokens of packed activations stay in L2 */
+#define CHUNK_GROUPS 8
+
+/* per 32 inputs and token: the standard encoding (<= 36.5 bytes for
+ * Q8_0/Q8_1/Q8_K) and the packed one (<= 40 bytes) */
 size_t rp_matmul_scratch(int64_t n_in, int n_tok) {
-    /* the widest activation encoding is F32 itself (no scratch) or Q8_K
-     * (292 bytes per 256); Q8_0/Q8_1 need 36 per 32 */
-    size_t per_row = (size_t)(n_in / 32 + 1) * 40;
-    return per_row * (size_t)(n_tok > 0 ? n_tok : 1) + 64;
+    size_t per32 = (size_t)(n_in / 32 + 1);
+    size_t toks = rp_align_up((uint64_t)(n_tok > 0 ? n_tok : 1), RP_GEMM_GROUP);
+    return per32 * 40 * toks + per32 * 40 * toks + 256;
 }
 
 typedef struct mm_job {
-    int n;
+    int n; /* weights in this pass */
     const rp_tensor *const *w;
     float *const *y;
-    const void *xq;     /* activations in the weight's vec_dot_type */
-    size_t xq_stride;   /* bytes per token row of xq */
+    long total_rows; /* sum of rows over the n weights */
+    int ne0;
     int n_tok;
-    long total_rows;    /* sum of rows over the n weights */
+    const float *x; /* F32 activations [n_tok][ne0] */
+    int vdt;        /* vec_dot_type of the pass */
+    uint8_t *xq;    /* activations in vdt, xq_stride bytes per token */
+    size_t xq_stride;
+    uint8_t *xp; /* packed groups (gemm path) */
+    size_t group_bytes;
+    const rp_gemm_ops *gemm;
     const rp_kernels *k;
+    rp_pool *pool;
 } mm_job;
 
+static int n_groups(int n_tok) {
+    return (n_tok + RP_GEMM_GROUP - 1) / RP_GEMM_GROUP;
+}
+
+/* Quantize (and pack) the activations of whole token groups. */
+static void prepare_task(void *arg, int ith, int nth) {
+    mm_job *j = arg;
+    const int ng = n_groups(j->n_tok);
+    long g0, g1;
+    rp_split_range(ng, ith, nth, 1, &g0, &g1);
+    for (long g = g0; g < g1; g++) {
+        const int t0 = (int)g * RP_GEMM_GROUP;
+        const int cnt = RP_MIN(RP_GEMM_GROUP, j->n_tok - t0);
+        if (j->vdt != RP_TYPE_F32)
+            for (int t = t0; t < t0 + cnt; t++)
+                j->k->act_quant[j->vdt](j->x + (size_t)t * (size_t)j->ne0,
+                                        j->xq + (size_t)t * j->xq_stride, j->ne0);
+        if (j->gemm && j->gemm->pack)
+            j->gemm->pack(j->ne0, cnt, j->xq + (size_t)t0 * j->xq_stride, j->xq_stride,
+                          j->xp + (size_t)g * j->group_bytes);
+    }
+}
+
+/* Rows [a, b) of weight w (one of the pass) for every token. */
+static void rows_generic(const mm_job *j, const rp_tensor *w, float *y, long a, long b) {
+    rp_vec_dot_fn dot = j->k->vec_dot[w->type];
+    const size_t rows = (size_t)w->ne[1];
+    for (long r = a; r < b; r++) {
+        const void *wr = rp_tensor_row(w, r);
+        for (int t = 0; t < j->n_tok; t++)
+            dot(j->ne0, &y[(size_t)t * rows + (size_t)r], wr, j->xq + (size_t)t * j->xq_stride);
+    }
+}
+
+static void rows_gemv(const mm_job *j, const rp_tensor *w, float *y, long a, long b) {
+    rp_gemv_fn gemv = j->k->gemv[w->type];
+    const size_t rows = (size_t)w->ne[1];
+    for (int t = 0; t < j->n_tok; t++)
+        gemv(j->ne0, (int)(b - a), rp_tensor_row(w, a), w->row_bytes,
+             j->xq + (size_t)t * j->xq_stride, y + (size_t)t * rows + (size_t)a);
+}
+
+static void rows_gemm(const mm_job *j, const rp_tensor *w, float *y, long a, long b,
+                      void *scratch) {
+    const size_t rows = (size_t)w->ne[1];
+    const int ng = n_groups(j->n_tok);
+    for (int g0 = 0; g0 < ng; g0 += CHUNK_GROUPS) {
+        const int g1 = RP_MIN(ng, g0 + CHUNK_GROUPS);
+        const int t0 = g0 * RP_GEMM_GROUP, cnt = RP_MIN(j->n_tok, g1 * RP_GEMM_GROUP) - t0;
+        const void *xp = j->gemm->pack ? (const void *)(j->xp + (size_t)g0 * j->group_bytes)
+                                       : (const void *)(j->xq + (size_t)t0 * j->xq_stride);
+        j->gemm->run(j->ne0, (int)(b - a), rp_tensor_row(w, a), w->row_bytes, xp, j->xq_stride, cnt,
+                     y + (size_t)t0 * rows + (size_t)a, rows, scratch);
+    }
+}
+
 /* Rows are split across threads over the concatenation of all n weights, in
- * chunks of 16 so a thread's slice of each weight is contiguous. For several
- * tokens, each weight row is used for every token while it is in L1. */
+ * slices of 16 so a thread's part of each weight is contiguous. */
 static void mm_task(void *arg, int ith, int nth) {
     mm_job *j = arg;
     long r0, r1;
     rp_split_range(j->total_rows, ith, nth, 16, &r0, &r1);
+    /* NULL (out of memory) falls back to vec_dot, which needs none */
+    void *scratch =
+        j->gemm && r0 < r1 ? rp_pool_scratch(j->pool, ith, j->gemm->scratch_bytes(j->ne0)) : NULL;
     long base = 0;
     for (int i = 0; i < j->n && r0 < r1; i++) {
         const rp_tensor *w = j->w[i];
@@ -37,15 +122,12 @@ static void mm_task(void *arg, int ith, int nth) {
         long a = RP_MAX(r0, base) - base, b = RP_MIN(r1, base + rows) - base;
         base += rows;
         if (a >= b) continue;
-        rp_vec_dot_fn dot = j->k->vec_dot[w->type];
-        int ne0 = (int)w->ne[0];
-        float *y = j->y[i];
-        for (long r = a; r < b; r++) {
-            const void *wr = rp_tensor_row(w, r);
-            for (int t = 0; t < j->n_tok; t++)
-                dot(ne0, &y[(size_t)t * (size_t)rows + (size_t)r], wr,
-                    (const char *)j->xq + (size_t)t * j->xq_stride);
-        }
+        if (j->gemm && scratch)
+            rows_gemm(j, w, j->y[i], a, b, scratch);
+        else if (j->n_tok < GEMM_MIN_TOKENS && j->k->gemv[w->type])
+            rows_gemv(j, w, j->y[i], a, b);
+        else
+            rows_generic(j, w, j->y[i], a, b);
     }
 }
 
@@ -53,28 +135,51 @@ void rp_matmul_n(rp_compute *cc, int n, const rp_tensor *const *w, float *const 
                  int n_tok) {
     const rp_kernels *k = rp_kern();
     const int64_t ne0 = w[0]->ne[0];
-    /* Group weights that share an activation encoding; mixed types (a Q6_K
-     * attn_v beside Q4_K q/k) each get their encoding in turn. */
+    /* Group weights that share an activation encoding and a kernel path; mixed
+     * types (a Q6_K attn_v beside Q4_K q/k) each get their encoding in turn. */
     int done = 0;
     while (done < n) {
-        int vdt = rp_type_get(w[done]->type)->vec_dot_type;
+        const int type0 = w[done]->type;
+        const int vdt = rp_type_get(type0)->vec_dot_type;
+        const rp_gemm_ops *gemm = n_tok >= GEMM_MIN_TOKENS ? k->gemm[type0] : NULL;
         int m = 1;
-        while (done + m < n && rp_type_get(w[done + m]->type)->vec_dot_type == vdt) m++;
-        mm_job j = {.n = m, .w = w + done, .y = y + done, .n_tok = n_tok, .k = k};
+        while (done + m < n && rp_type_get(w[done + m]->type)->vec_dot_type == vdt &&
+               (n_tok >= GEMM_MIN_TOKENS ? k->gemm[w[done + m]->type] : NULL) == gemm)
+            m++;
+        mm_job j = {.n = m,
+                    .w = w + done,
+                    .y = y + done,
+                    .ne0 = (int)ne0,
+                    .n_tok = n_tok,
+                    .x = x,
+                    .vdt = vdt,
+                    .gemm = gemm,
+                    .k = k,
+                    .pool = cc->pool};
         for (int i = 0; i < m; i++) {
             RP_ASSERT(w[done + i]->ne[0] == ne0);
             RP_ASSERT(k->vec_dot[w[done + i]->type]);
             j.total_rows += (long)w[done + i]->ne[1];
         }
+        const size_t toks = rp_align_up((uint64_t)n_tok, RP_GEMM_GROUP);
         if (vdt == RP_TYPE_F32) {
-            j.xq = x;
+            j.xq = (uint8_t *)x;
             j.xq_stride = (size_t)ne0 * sizeof(float);
         } else {
             j.xq_stride = rp_row_size(vdt, ne0);
-            RP_ASSERT(j.xq_stride * (size_t)n_tok <= cc->wbuf_size);
-            for (int t = 0; t < n_tok; t++)
-                k->act_quant[vdt](x + (size_t)t * (size_t)ne0, cc->wbuf + (size_t)t * j.xq_stride, ne0);
             j.xq = cc->wbuf;
+        }
+        if (gemm && gemm->pack) {
+            j.group_bytes = gemm->group_bytes((int)ne0);
+            j.xp = cc->wbuf + rp_align_up(j.xq_stride * toks, 64);
+            RP_ASSERT(j.xp + j.group_bytes * (toks / RP_GEMM_GROUP) <= cc->wbuf + cc->wbuf_size);
+        }
+        RP_ASSERT(vdt == RP_TYPE_F32 || j.xq_stride * (size_t)n_tok <= cc->wbuf_size);
+        if (vdt != RP_TYPE_F32 || (gemm && gemm->pack)) {
+            if (n_tok >= GEMM_MIN_TOKENS)
+                rp_pool_run(cc->pool, prepare_task, &j);
+            else
+                prepare_task(&j, 0, 1);
         }
         rp_pool_run(cc->pool, mm_task, &j);
         done += m;

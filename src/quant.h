@@ -7,13 +7,13 @@
 #include <assert.h>
 #include <stdint.h>
 
-#define QK4_0 32
-#define QK4_1 32
-#define QK5_0 32
-#define QK5_1 32
-#define QK8_0 32
-#define QK8_1 32
-#define QK_K 256
+#define QK4_0        32
+#define QK4_1        32
+#define QK5_0        32
+#define QK5_1        32
+#define QK8_0        32
+#define QK8_1        32
+#define QK_K         256
 #define K_SCALE_SIZE 12
 
 typedef uint16_t rp_half; /* IEEE binary16 bits */
@@ -141,7 +141,21 @@ typedef struct {
 } block_iq4_xs;
 static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs size");
 
-/* ---- reference conversions (scalar) ----------------------------------- */
+/* ---- conversions ------------------------------------------------------
+ *
+ * rp_dequant_*: block -> float, bit-identical to ggml's dequantize_row_*.
+ * rp_quant_*:   float -> block, the reference quantizers used to write files
+ *               (the same algorithms as ggml's *_ref / quantize_* without an
+ *               importance matrix).
+ * rp_act_*:     activations -> the vec_dot encodings, rounding exactly as
+ *               llama.cpp's x86 kernels do (Q8_0/Q8_1: round half to even of
+ *               x * 127/amax; Q8_K: nearest int of x * -127/max).
+ * n is a multiple of the block size in every call. */
+
+#define QK4_NL 32
+
+/* The non-linear 4-bit grid of IQ4_NL / IQ4_XS. */
+extern const int8_t rp_kvalues_iq4nl[16];
 
 void rp_f32_to_float(const void *src, float *dst, int64_t n);
 void rp_float_to_f32(const float *src, void *dst, int64_t n);
@@ -150,7 +164,67 @@ void rp_float_to_f16(const float *src, void *dst, int64_t n);
 void rp_bf16_to_float(const void *src, float *dst, int64_t n);
 void rp_float_to_bf16(const float *src, void *dst, int64_t n);
 
+void rp_dequant_q4_0(const void *src, float *dst, int64_t n);
+void rp_dequant_q4_1(const void *src, float *dst, int64_t n);
+void rp_dequant_q5_0(const void *src, float *dst, int64_t n);
+void rp_dequant_q5_1(const void *src, float *dst, int64_t n);
 void rp_dequant_q8_0(const void *src, float *dst, int64_t n);
+void rp_dequant_q8_1(const void *src, float *dst, int64_t n);
+void rp_dequant_q2_K(const void *src, float *dst, int64_t n);
+void rp_dequant_q3_K(const void *src, float *dst, int64_t n);
+void rp_dequant_q4_K(const void *src, float *dst, int64_t n);
+void rp_dequant_q5_K(const void *src, float *dst, int64_t n);
+void rp_dequant_q6_K(const void *src, float *dst, int64_t n);
+void rp_dequant_q8_K(const void *src, float *dst, int64_t n);
+void rp_dequant_iq4_nl(const void *src, float *dst, int64_t n);
+void rp_dequant_iq4_xs(const void *src, float *dst, int64_t n);
+
+void rp_quant_q4_0(const float *src, void *dst, int64_t n);
+void rp_quant_q4_1(const float *src, void *dst, int64_t n);
+void rp_quant_q5_0(const float *src, void *dst, int64_t n);
+void rp_quant_q5_1(const float *src, void *dst, int64_t n);
 void rp_quant_q8_0(const float *src, void *dst, int64_t n);
+void rp_quant_q8_1(const float *src, void *dst, int64_t n);
+void rp_quant_q2_K(const float *src, void *dst, int64_t n);
+void rp_quant_q3_K(const float *src, void *dst, int64_t n);
+void rp_quant_q4_K(const float *src, void *dst, int64_t n);
+void rp_quant_q5_K(const float *src, void *dst, int64_t n);
+void rp_quant_q6_K(const float *src, void *dst, int64_t n);
+void rp_quant_q8_K(const float *src, void *dst, int64_t n);
+void rp_quant_iq4_nl(const float *src, void *dst, int64_t n);
+void rp_quant_iq4_xs(const float *src, void *dst, int64_t n);
+
+void rp_act_q8_0(const float *x, void *y, int64_t n);
+void rp_act_q8_1(const float *x, void *y, int64_t n);
+void rp_act_q8_K(const float *x, void *y, int64_t n);
+
+/* Helpers shared by the quantizers and kernels. */
+
+/* Round to nearest, ties to even, for |x| < 2^22 (ggml's nearest_int). */
+static inline int rp_nearest_int(float x) {
+    union {
+        float f;
+        int32_t i;
+    } u = {.f = x + 12582912.0f};
+    return (u.i & 0x007fffff) - 0x00400000;
+}
+
+/* 6-bit scale and min j (0..7) of a Q4_K / Q5_K block's 12 packed bytes. */
+static inline void rp_k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+/* Signed 6-bit scale j (0..15) of a Q3_K block, -32..31. */
+static inline int rp_q3k_scale(int j, const uint8_t *s) {
+    int lo = j < 8 ? s[j] & 0xF : s[j - 8] >> 4;
+    int hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+    return (lo | (hi << 4)) - 32;
+}
 
 #endif

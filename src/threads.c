@@ -22,6 +22,8 @@ typedef struct worker {
     rp_pool *pool;
     int ith;
     pthread_t th;
+    void *scratch; /* rp_pool_scratch */
+    size_t scratch_size;
 } worker;
 
 struct rp_pool {
@@ -97,11 +99,23 @@ void rp_pool_free(rp_pool *p) {
     for (int i = 1; i < p->n; i++) pthread_join(p->workers[i].th, NULL);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
+    for (int i = 0; i < p->n; i++) rp_free_aligned(p->workers[i].scratch);
     free(p->workers);
     free(p);
 }
 
-int rp_pool_size(const rp_pool *p) { return p->n; }
+int rp_pool_size(const rp_pool *p) {
+    return p->n;
+}
+
+void *rp_pool_scratch(rp_pool *p, int ith, size_t size) {
+    worker *w = &p->workers[ith];
+    if (w->scratch_size >= size) return w->scratch;
+    rp_free_aligned(w->scratch);
+    w->scratch = rp_alloc_aligned(size, "thread scratch");
+    w->scratch_size = w->scratch ? size : 0;
+    return w->scratch;
+}
 
 void rp_pool_run_n(rp_pool *p, int n, rp_task_fn fn, void *arg) {
     if (n > p->n) n = p->n;
@@ -122,7 +136,9 @@ void rp_pool_run_n(rp_pool *p, int n, rp_task_fn fn, void *arg) {
     while (atomic_load_explicit(&p->n_done, memory_order_acquire) != p->n - 1) CPU_RELAX();
 }
 
-void rp_pool_run(rp_pool *p, rp_task_fn fn, void *arg) { rp_pool_run_n(p, p->n, fn, arg); }
+void rp_pool_run(rp_pool *p, rp_task_fn fn, void *arg) {
+    rp_pool_run_n(p, p->n, fn, arg);
+}
 
 int rp_n_physical_cores(void) {
     /* Count distinct (physical id, core id) pairs in /proc/cpuinfo; fall back

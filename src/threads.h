@@ -4,6 +4,8 @@
 #ifndef RP_THREADS_H
 #define RP_THREADS_H
 
+#include <stddef.h>
+
 typedef void (*rp_task_fn)(void *arg, int ith, int nth);
 typedef struct rp_pool rp_pool;
 
@@ -15,6 +17,11 @@ int rp_pool_size(const rp_pool *p);
 void rp_pool_run(rp_pool *p, rp_task_fn fn, void *arg);
 /* Like rp_pool_run but on at most n threads (n >= 1); the rest sit it out. */
 void rp_pool_run_n(rp_pool *p, int n, rp_task_fn fn, void *arg);
+
+/* Per-thread scratch of at least size bytes (64-byte aligned), owned by the
+ * pool and reused across tasks; only thread ith may call this, from inside a
+ * task (ith 0 is the caller). NULL if it cannot be allocated. */
+void *rp_pool_scratch(rp_pool *p, int ith, size_t size);
 
 /* Physical cores of this machine (at least 1). */
 int rp_n_physical_cores(void);

@@ -1,19 +1,65 @@
 /* AVX2 + FMA + F16C kernels. Compiled with -mavx2 -mfma -mf16c; only called
- * when cpuid says the CPU has them. */
+ * when cpuid says the CPU has them. Every quantized dot product returns
+ * exactly the floats of its scalar twin in kernels_ref.c (same lane split,
+ * same fused multiply-adds in the same order); integer parts may be computed
+ * any exact way. */
 #include "kernels/kernels.h"
 #include "quant.h"
 #include "util.h"
 
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
-static inline float hsum256(__m256 v) {
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-    lo = _mm_add_ps(lo, hi);
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
+static inline float f16(uint16_t h) {
+    return _cvtsh_ss(h);
 }
+
+/* ((a4+a0)+(a6+a2)) + ((a5+a1)+(a7+a3)) */
+static inline float hsum256(__m256 v) {
+    __m128 r = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+static inline int hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* unsigned a (bytes < 128 or any u8 with |pair sums| < 2^15) times signed b:
+ * 8 int32 lanes of 4 consecutive bytes */
+static inline __m256i dot_u8(__m256i a, __m256i b) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
+}
+
+/* signed a times signed b (b never -128) */
+static inline __m256i dot_i8(__m256i a, __m256i b) {
+    return dot_u8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
+}
+
+/* 16 packed bytes to 32 nibbles: low nibbles first, then high nibbles */
+static inline __m256i nibbles32(const uint8_t *p) {
+    __m128i t = _mm_loadu_si128((const __m128i *)p);
+    __m256i b = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+    return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
+}
+
+/* byte j = 0xFF if bit j of the 32-bit word is set */
+static inline __m256i bits32(const uint8_t *p) {
+    uint32_t w;
+    memcpy(&w, p, 4);
+    const __m256i sh = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
+                                          0x0202020202020202, 0x0303030303030303);
+    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)w), sh);
+    const __m256i m = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(b, m), m);
+}
+
+/* ---- float kernels --------------------------------------------------------- */
 
 static float dot_f32_avx2(int n, const float *a, const float *b) {
     __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
@@ -24,7 +70,8 @@ static float dot_f32_avx2(int n, const float *a, const float *b) {
         s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
         s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
     }
-    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    for (; i + 8 <= n; i += 8)
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
     float s = hsum256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
     for (; i < n; i++) s += a[i] * b[i];
     return s;
@@ -34,7 +81,8 @@ static void axpy_f32_avx2(int n, float a, const float *x, float *y) {
     __m256 va = _mm256_set1_ps(a);
     int i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+        _mm256_storeu_ps(y + i,
+                         _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; i++) y[i] += a * x[i];
 }
 
@@ -51,7 +99,7 @@ static float dot_f16_f32_avx2(int n, const uint16_t *a, const float *b) {
         s0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + i))),
                              _mm256_loadu_ps(b + i), s0);
     float s = hsum256(_mm256_add_ps(s0, s1));
-    for (; i < n; i++) s += rp_fp16_to_fp32(a[i]) * b[i];
+    for (; i < n; i++) s += f16(a[i]) * b[i];
     return s;
 }
 
@@ -59,20 +107,26 @@ static void axpy_f16_avx2(int n, float a, const uint16_t *x, float *y) {
     __m256 va = _mm256_set1_ps(a);
     int i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))),
-                                                _mm256_loadu_ps(y + i)));
-    for (; i < n; i++) y[i] += a * rp_fp16_to_fp32(x[i]);
+        _mm256_storeu_ps(
+            y + i, _mm256_fmadd_ps(va, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))),
+                                   _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * f16(x[i]);
 }
 
 static void f32_to_f16_avx2(const float *x, uint16_t *y, int n) {
     int i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+        _mm_storeu_si128((__m128i *)(y + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
     for (; i < n; i++) y[i] = rp_fp32_to_fp16(x[i]);
 }
 
-static void vec_dot_f32_avx2(int n, float *s, const void *w, const void *x) { *s = dot_f32_avx2(n, w, x); }
-static void vec_dot_f16_avx2(int n, float *s, const void *w, const void *x) { *s = dot_f16_f32_avx2(n, w, x); }
+static void vec_dot_f32_avx2(int n, float *s, const void *w, const void *x) {
+    *s = dot_f32_avx2(n, w, x);
+}
+static void vec_dot_f16_avx2(int n, float *s, const void *w, const void *x) {
+    *s = dot_f16_f32_avx2(n, w, x);
+}
 
 static void vec_dot_bf16_avx2(int n, float *s, const void *w, const void *x) {
     const uint16_t *a = w;
@@ -81,22 +135,15 @@ static void vec_dot_bf16_avx2(int n, float *s, const void *w, const void *x) {
     int i = 0;
     for (; i + 8 <= n; i += 8) {
         __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(a + i)));
-        __m256 af = _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
-        acc = _mm256_fmadd_ps(af, _mm256_loadu_ps(b + i), acc);
+        acc = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(h, 16)), _mm256_loadu_ps(b + i),
+                              acc);
     }
     float r = hsum256(acc);
     for (; i < n; i++) r += rp_bf16_to_fp32(a[i]) * b[i];
     *s = r;
 }
 
-/* Signed int8 dot of 32 bytes into 8 int32 lanes: maddubs needs an unsigned
- * operand, so use |a| and move a's sign onto b. */
-static inline __m256i dot_i8_32(__m256i a, __m256i b) {
-    __m256i ua = _mm256_sign_epi8(a, a);
-    __m256i sb = _mm256_sign_epi8(b, a);
-    __m256i p16 = _mm256_maddubs_epi16(ua, sb);
-    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
-}
+/* ---- legacy blocks ----------------------------------------------------------- */
 
 static void vec_dot_q8_0_avx2(int n, float *s, const void *w, const void *x) {
     const block_q8_0 *a = w, *b = x;
@@ -104,39 +151,330 @@ static void vec_dot_q8_0_avx2(int n, float *s, const void *w, const void *x) {
     for (int i = 0; i < n / QK8_0; i++) {
         __m256i qa = _mm256_loadu_si256((const __m256i *)a[i].qs);
         __m256i qb = _mm256_loadu_si256((const __m256i *)b[i].qs);
-        __m256 d = _mm256_set1_ps(rp_fp16_to_fp32(a[i].d) * rp_fp16_to_fp32(b[i].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8_32(qa, qb)), acc);
+        __m256 d = _mm256_set1_ps(f16(a[i].d) * f16(b[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qa, qb)), acc);
     }
     *s = hsum256(acc);
 }
 
-/* Activations to Q8_0, rounding half to even (as ggml's SIMD path does). */
-static void quant_q8_0_avx2(const float *x, void *y, int64_t n) {
-    block_q8_0 *b = y;
+static void vec_dot_q4_0_avx2(int n, float *s, const void *w, const void *x) {
+    const block_q4_0 *a = w;
+    const block_q8_0 *b = x;
+    float acc = 0;
+    for (int i = 0; i < n / QK8_0; i++) {
+        __m256i q = _mm256_sub_epi8(nibbles32(a[i].qs), _mm256_set1_epi8(8));
+        int sum = hsum_i32(dot_i8(q, _mm256_loadu_si256((const __m256i *)b[i].qs)));
+        acc = fmaf((float)sum, f16(a[i].d) * f16(b[i].d), acc);
+    }
+    *s = acc;
+}
+
+static void vec_dot_q4_1_avx2(int n, float *s, const void *w, const void *x) {
+    const block_q4_1 *a = w;
+    const block_q8_1 *b = x;
+    __m256 acc = _mm256_setzero_ps();
+    float summs = 0;
+    for (int i = 0; i < n / QK8_1; i++) {
+        summs = fmaf(f16(a[i].m), f16(b[i].s), summs);
+        __m256i l = dot_u8(nibbles32(a[i].qs), _mm256_loadu_si256((const __m256i *)b[i].qs));
+        acc =
+            _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i].d) * f16(b[i].d)), _mm256_cvtepi32_ps(l), acc);
+    }
+    *s = hsum256(acc) + summs;
+}
+
+static void vec_dot_q5_0_avx2(int n, float *s, const void *w, const void *x) {
+    const block_q5_0 *a = w;
+    const block_q8_0 *b = x;
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < n / QK8_0; i++) {
+        /* (nibble | bit << 4) - 16 == nibble | (bit ? 0 : 0xF0) as a signed byte */
+        __m256i q = _mm256_or_si256(
+            nibbles32(a[i].qs), _mm256_andnot_si256(bits32(a[i].qh), _mm256_set1_epi8((char)0xF0)));
+        __m256i l = dot_i8(q, _mm256_loadu_si256((const __m256i *)b[i].qs));
+        acc =
+            _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i].d) * f16(b[i].d)), _mm256_cvtepi32_ps(l), acc);
+    }
+    *s = hsum256(acc);
+}
+
+static void vec_dot_q5_1_avx2(int n, float *s, const void *w, const void *x) {
+    const block_q5_1 *a = w;
+    const block_q8_1 *b = x;
+    __m256 acc = _mm256_setzero_ps();
+    float summs = 0;
+    for (int i = 0; i < n / QK8_1; i++) {
+        summs = fmaf(f16(a[i].m), f16(b[i].s), summs);
+        __m256i q = _mm256_or_si256(nibbles32(a[i].qs),
+                                    _mm256_and_si256(bits32(a[i].qh), _mm256_set1_epi8(0x10)));
+        __m256i l = dot_u8(q, _mm256_loadu_si256((const __m256i *)b[i].qs));
+        acc =
+            _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i].d) * f16(b[i].d)), _mm256_cvtepi32_ps(l), acc);
+    }
+    *s = hsum256(acc) + summs;
+}
+
+static void vec_dot_iq4_nl_avx2(int n, float *s, const void *w, const void *x) {
+    const block_iq4_nl *a = w;
+    const block_q8_0 *b = x;
+    const __m256i lut =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)rp_kvalues_iq4nl));
+    float acc = 0;
+    for (int i = 0; i < n / QK4_NL; i++) {
+        __m256i v = _mm256_shuffle_epi8(lut, nibbles32(a[i].qs));
+        int sum = hsum_i32(dot_i8(v, _mm256_loadu_si256((const __m256i *)b[i].qs)));
+        acc = fmaf((float)sum, f16(a[i].d) * f16(b[i].d), acc);
+    }
+    *s = acc;
+}
+
+/* ---- K-quants ------------------------------------------------------------------ */
+
+/* 32 bytes of 2-bit fields at shift sh: byte l = (qs[l] >> sh) & 3 */
+static inline __m256i crumbs(__m256i bits, int sh) {
+    return _mm256_and_si256(_mm256_srli_epi16(bits, sh), _mm256_set1_epi8(3));
+}
+
+/* lanes of sum over one 32-element chunk of scale(e) * q(e) * x(e) where the
+ * first 16 elements use scale s0 and the next 16 use s1 (q unsigned) */
+static inline __m256i chunk16_u8(__m256i q, __m256i x, int s0, int s1) {
+    __m256i sc = _mm256_setr_epi16((short)s0, (short)s0, (short)s0, (short)s0, (short)s0, (short)s0,
+                                   (short)s0, (short)s0, (short)s1, (short)s1, (short)s1, (short)s1,
+                                   (short)s1, (short)s1, (short)s1, (short)s1);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), sc);
+}
+
+static void vec_dot_q2_K_avx2(int n, float *s, const void *w, const void *x) {
+    const block_q2_K *a = w;
+    const block_q8_K *b = x;
+    float acc = 0, accm = 0;
+    for (int i = 0; i < n / QK_K; i++) {
+        __m128i sc8 = _mm_loadu_si128((const __m128i *)a[i].scales);
+        __m256i mins =
+            _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0xF)));
+        int msum =
+            hsum_i32(_mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)b[i].bsums)));
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i bits = _mm256_loadu_si256((const __m256i *)(a[i].qs + 32 * h));
+            for (int k = 0; k < 4; k++) {
+                const int g = 8 * h + 2 * k;
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(b[i].qs + 128 * h + 32 * k));
+                sumi =
+                    _mm256_add_epi32(sumi, chunk16_u8(crumbs(bits, 2 * k), xv, a[i].scales[g] & 0xF,
+                                                      a[i].scales[g + 1] & 0xF));
+            }
+        }
+        acc = fmaf((float)hsum_i32(sumi), f16(a[i].d) * b[i].d, acc);
+        accm = fmaf((float)msum, f16(a[i].dmin) * b[i].d, accm);
+    }
+    *s = acc - accm;
+}
+
+static void vec_dot_q3_K_avx2(int n, float *s, const void *w, const void *x) {
+    const block_q3_K *a = w;
+    const block_q8_K *b = x;
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < n / QK_K; i++) {
+        const float d = b[i].d * f16(a[i].d);
+        int sc[16];
+        for (int j = 0; j < 16; j++) sc[j] = rp_q3k_scale(j, a[i].scales);
+        const __m256i hbits = _mm256_loadu_si256((const __m256i *)a[i].hmask);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i bits = _mm256_loadu_si256((const __m256i *)(a[i].qs + 32 * h));
+            for (int k = 0; k < 4; k++) {
+                const int bit = 4 * h + k, g = 8 * h + 2 * k;
+                /* q = low2 - 4 * (1 - hbit): (low2 + 4*hbit) - 4 */
+                __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hbits, bit), _mm256_set1_epi8(1));
+                __m256i q =
+                    _mm256_sub_epi8(_mm256_add_epi8(crumbs(bits, 2 * k), _mm256_slli_epi16(hb, 2)),
+                                    _mm256_set1_epi8(4));
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(b[i].qs + 128 * h + 32 * k));
+                __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(xv, q));
+                __m256i scv = _mm256_setr_epi16(
+                    (short)sc[g], (short)sc[g], (short)sc[g], (short)sc[g], (short)sc[g],
+                    (short)sc[g], (short)sc[g], (short)sc[g], (short)sc[g + 1], (short)sc[g + 1],
+                    (short)sc[g + 1], (short)sc[g + 1], (short)sc[g + 1], (short)sc[g + 1],
+                    (short)sc[g + 1], (short)sc[g + 1]);
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, scv));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = hsum256(acc);
+}
+
+static void vec_dot_q4_K_avx2(int n, float *s, const void *w, const void *x) {
+    const block_q4_K *a = w;
+    const block_q8_K *b = x;
+    float acc = 0, accm = 0;
+    for (int i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], mn[8];
+        for (int j = 0; j < 8; j++) rp_k4_scale_min(j, a[i].scales, &sc[j], &mn[j]);
+        int msum = 0;
+        for (int j = 0; j < 8; j++) msum += mn[j] * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            __m256i bits = _mm256_loadu_si256((const __m256i *)(a[i].qs + 32 * c));
+            __m256i lo = _mm256_and_si256(bits, _mm256_set1_epi8(0xF));
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), _mm256_set1_epi8(0xF));
+            __m256i x0 = _mm256_loadu_si256((const __m256i *)(b[i].qs + 64 * c));
+            __m256i x1 = _mm256_loadu_si256((const __m256i *)(b[i].qs + 64 * c + 32));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0),
+                                                            _mm256_set1_epi16(sc[2 * c])));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1),
+                                                            _mm256_set1_epi16(sc[2 * c + 1])));
+        }
+        acc = fmaf((float)hsum_i32(sumi), f16(a[i].d) * b[i].d, acc);
+        accm = fmaf((float)msum, f16(a[i].dmin) * b[i].d, accm);
+    }
+    *s = acc - accm;
+}
+
+static void vec_dot_q5_K_avx2(int n, float *s, const void *w, const void *x) {
+    const block_q5_K *a = w;
+    const block_q8_K *b = x;
+    __m256 acc = _mm256_setzero_ps();
+    float summs = 0;
+    for (int i = 0; i < n / QK_K; i++) {
+        const float d = b[i].d * f16(a[i].d);
+        const float dmin = -b[i].d * f16(a[i].dmin);
+        uint8_t sc[8], mn[8];
+        for (int j = 0; j < 8; j++) rp_k4_scale_min(j, a[i].scales, &sc[j], &mn[j]);
+        int total = 0;
+        for (int j = 0; j < 8; j++) total += mn[j] * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
+        summs = fmaf(dmin, (float)total, summs);
+        const __m256i hbits = _mm256_loadu_si256((const __m256i *)a[i].qh);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            __m256i bits = _mm256_loadu_si256((const __m256i *)(a[i].qs + 32 * c));
+            __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(hbits, 2 * c), _mm256_set1_epi8(1));
+            __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(hbits, 2 * c + 1), _mm256_set1_epi8(1));
+            __m256i lo = _mm256_or_si256(_mm256_and_si256(bits, _mm256_set1_epi8(0xF)),
+                                         _mm256_slli_epi16(h0, 4));
+            __m256i hi =
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), _mm256_set1_epi8(0xF)),
+                                _mm256_slli_epi16(h1, 4));
+            __m256i x0 = _mm256_loadu_si256((const __m256i *)(b[i].qs + 64 * c));
+            __m256i x1 = _mm256_loadu_si256((const __m256i *)(b[i].qs + 64 * c + 32));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0),
+                                                            _mm256_set1_epi16(sc[2 * c])));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1),
+                                                            _mm256_set1_epi16(sc[2 * c + 1])));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = hsum256(acc) + summs;
+}
+
+static void vec_dot_q6_K_avx2(int n, float *s, const void *w, const void *x) {
+    const block_q6_K *a = w;
+    const block_q8_K *b = x;
+    __m256 acc = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3), m32 = _mm256_set1_epi8(32);
+    for (int i = 0; i < n / QK_K; i++) {
+        const float d = b[i].d * f16(a[i].d);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)(a[i].ql + 64 * h));
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(a[i].ql + 64 * h + 32));
+            __m256i hb = _mm256_loadu_si256((const __m256i *)(a[i].qh + 32 * h));
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(hb, m3), 4));
+            q[1] = _mm256_or_si256(
+                _mm256_and_si256(l1, m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m3), 4));
+            q[2] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m3), 4));
+            q[3] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m3), 4));
+            for (int k = 0; k < 4; k++) {
+                const int g = 8 * h + 2 * k;
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(b[i].qs + 128 * h + 32 * k));
+                /* (q - 32) * x = q*x - 32*x, both as unsigned-by-signed products */
+                __m256i p16 =
+                    _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], xv), _mm256_maddubs_epi16(m32, xv));
+                const short s0 = a[i].scales[g], s1 = a[i].scales[g + 1];
+                __m256i scv = _mm256_setr_epi16(s0, s0, s0, s0, s0, s0, s0, s0, s1, s1, s1, s1, s1,
+                                                s1, s1, s1);
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, scv));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = hsum256(acc);
+}
+
+static void vec_dot_iq4_xs_avx2(int n, float *s, const void *w, const void *x) {
+    const block_iq4_xs *a = w;
+    const block_q8_K *b = x;
+    const __m256i lut =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)rp_kvalues_iq4nl));
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < n / QK_K; i++) {
+        __m256i sumi = _mm256_setzero_si256();
+        for (int ib = 0; ib < 8; ib++) {
+            const int ls = (((a[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) |
+                            (((a[i].scales_h >> (2 * ib)) & 3) << 4)) -
+                           32;
+            __m256i v = _mm256_shuffle_epi8(lut, nibbles32(a[i].qs + 16 * ib));
+            __m256i xv = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * ib));
+            __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(xv, v));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, _mm256_set1_epi16((short)ls)));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i].d) * b[i].d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = hsum256(acc);
+}
+
+/* ---- activation encodings ---------------------------------------------------- */
+
+/* Q8_0 / Q8_1: d = amax/127 (fp16), q = round-half-even(x * 127/amax). */
+static inline float act_block_avx2(const float *p, int8_t *q, int *sum) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
-    for (int64_t i = 0; i < n / QK8_0; i++) {
-        const float *p = x + i * QK8_0;
-        __m256 v0 = _mm256_loadu_ps(p), v1 = _mm256_loadu_ps(p + 8), v2 = _mm256_loadu_ps(p + 16),
-               v3 = _mm256_loadu_ps(p + 24);
-        __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
-                                 _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
-        __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-        float amax = _mm_cvtss_f32(m4);
-        float d = amax / 127.0f;
+    __m256 v0 = _mm256_loadu_ps(p), v1 = _mm256_loadu_ps(p + 8), v2 = _mm256_loadu_ps(p + 16),
+           v3 = _mm256_loadu_ps(p + 24);
+    __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
+                             _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
+    __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    __m256i i0 = _mm256_cvtps_epi32(
+        _mm256_round_ps(_mm256_mul_ps(v0, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    __m256i i1 = _mm256_cvtps_epi32(
+        _mm256_round_ps(_mm256_mul_ps(v1, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    __m256i i2 = _mm256_cvtps_epi32(
+        _mm256_round_ps(_mm256_mul_ps(v2, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    __m256i i3 = _mm256_cvtps_epi32(
+        _mm256_round_ps(_mm256_mul_ps(v3, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    if (sum) *sum = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
+    i0 = _mm256_packs_epi32(i0, i1);
+    i2 = _mm256_packs_epi32(i2, i3);
+    i0 = _mm256_packs_epi16(i0, i2);
+    i0 = _mm256_permutevar8x32_epi32(i0, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)q, i0);
+    return amax / 127.0f;
+}
+
+static void act_q8_0_avx2(const float *x, void *y, int64_t n) {
+    block_q8_0 *b = y;
+    for (int64_t i = 0; i < n / QK8_0; i++)
+        b[i].d = rp_fp32_to_fp16(act_block_avx2(x + i * QK8_0, b[i].qs, NULL));
+}
+
+static void act_q8_1_avx2(const float *x, void *y, int64_t n) {
+    block_q8_1 *b = y;
+    for (int64_t i = 0; i < n / QK8_1; i++) {
+        int sum;
+        const float d = act_block_avx2(x + i * QK8_1, b[i].qs, &sum);
         b[i].d = rp_fp32_to_fp16(d);
-        __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
-        __m256i i0 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v0, id), _MM_ROUND_NEAREST));
-        __m256i i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v1, id), _MM_ROUND_NEAREST));
-        __m256i i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v2, id), _MM_ROUND_NEAREST));
-        __m256i i3 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v3, id), _MM_ROUND_NEAREST));
-        i0 = _mm256_packs_epi32(i0, i1);
-        i2 = _mm256_packs_epi32(i2, i3);
-        i0 = _mm256_packs_epi16(i0, i2);
-        /* undo the lane interleaving of the packs */
-        i0 = _mm256_permutevar8x32_epi32(i0, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        _mm256_storeu_si256((__m256i *)b[i].qs, i0);
+        b[i].s = rp_fp32_to_fp16(d * (float)sum);
     }
 }
 
@@ -144,8 +482,20 @@ void rp_kernels_fill_avx2(rp_kernels *k) {
     k->vec_dot[RP_TYPE_F32] = vec_dot_f32_avx2;
     k->vec_dot[RP_TYPE_F16] = vec_dot_f16_avx2;
     k->vec_dot[RP_TYPE_BF16] = vec_dot_bf16_avx2;
+    k->vec_dot[RP_TYPE_Q4_0] = vec_dot_q4_0_avx2;
+    k->vec_dot[RP_TYPE_Q4_1] = vec_dot_q4_1_avx2;
+    k->vec_dot[RP_TYPE_Q5_0] = vec_dot_q5_0_avx2;
+    k->vec_dot[RP_TYPE_Q5_1] = vec_dot_q5_1_avx2;
     k->vec_dot[RP_TYPE_Q8_0] = vec_dot_q8_0_avx2;
-    k->act_quant[RP_TYPE_Q8_0] = quant_q8_0_avx2;
+    k->vec_dot[RP_TYPE_Q2_K] = vec_dot_q2_K_avx2;
+    k->vec_dot[RP_TYPE_Q3_K] = vec_dot_q3_K_avx2;
+    k->vec_dot[RP_TYPE_Q4_K] = vec_dot_q4_K_avx2;
+    k->vec_dot[RP_TYPE_Q5_K] = vec_dot_q5_K_avx2;
+    k->vec_dot[RP_TYPE_Q6_K] = vec_dot_q6_K_avx2;
+    k->vec_dot[RP_TYPE_IQ4_NL] = vec_dot_iq4_nl_avx2;
+    k->vec_dot[RP_TYPE_IQ4_XS] = vec_dot_iq4_xs_avx2;
+    k->act_quant[RP_TYPE_Q8_0] = act_q8_0_avx2;
+    k->act_quant[RP_TYPE_Q8_1] = act_q8_1_avx2;
     k->dot_f32 = dot_f32_avx2;
     k->axpy_f32 = axpy_f32_avx2;
     k->dot_f16_f32 = dot_f16_f32_avx2;

@@ -1,111 +1,859 @@
-/* AVX-512 (F/BW/VL/DQ/VNNI/VBMI) kernels; only called when cpuid has them. */
+/* AVX-512 (F/BW/VL/DQ/VNNI/VBMI) kernels; only called when cpuid has them.
+ *
+ * Every product here returns exactly the floats of the scalar reference
+ * (kernels_ref.c): integer sums are exact however they are formed, and the
+ * float steps — one fused multiply-add per block and lane (or per block and
+ * row), the final lane reduction — are the same operations in the same order.
+ *
+ * Matrix x matrix (prompt processing) works on "token vectors": a 512-bit
+ * register holds one quantity for 16 tokens. Activations are re-encoded once
+ * per product into groups of 16 tokens, for each block and each lane of 4
+ * activations the 16 tokens' 4 bytes side by side, offset by +128 to be the
+ * unsigned operand of vpdpbusd / vpmaddubsw; the weight's 4 bytes are
+ * broadcast as the signed operand. The +128 offset adds 128 * (sum of the 4
+ * weights) to every lane, which a per-row correction removes before the
+ * float conversion. A row tile of weights is unpacked once (values, the
+ * correction, scales) into per-thread scratch and then used for every token
+ * group. Matrix x vector (generation) streams the rows in their file layout. */
 #include "kernels/kernels.h"
 #include "quant.h"
 #include "util.h"
 
 #include <immintrin.h>
+#include <math.h>
+#include <string.h>
 
-static float dot_f32_avx512(int n, const float *a, const float *b) {
-    __m512 s0 = _mm512_setzero_ps(), s1 = s0;
-    int i = 0;
-    for (; i + 32 <= n; i += 32) {
-        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
-        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
-    }
-    for (; i + 16 <= n; i += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
-    if (i < n) {
-        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s1);
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+static inline float f16(uint16_t h) {
+    return _cvtsh_ss(h);
 }
 
-static void axpy_f32_avx512(int n, float a, const float *x, float *y) {
-    __m512 va = _mm512_set1_ps(a);
-    int i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
-    if (i < n) {
-        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+static inline uint32_t load_u32(const void *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* ((a4+a0)+(a6+a2)) + ((a5+a1)+(a7+a3)), lane-wise over the 16 tokens */
+static inline __m512 reduce8(const __m512 *a) {
+    __m512 r0 = _mm512_add_ps(a[4], a[0]), r1 = _mm512_add_ps(a[5], a[1]);
+    __m512 r2 = _mm512_add_ps(a[6], a[2]), r3 = _mm512_add_ps(a[7], a[3]);
+    return _mm512_add_ps(_mm512_add_ps(r0, r2), _mm512_add_ps(r1, r3));
+}
+
+/* the same reduction of 8 lanes in a ymm */
+static inline float hsum256(__m256 v) {
+    __m128 r = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+static inline void store_tokens(float *y, size_t ldy, __m512 v, int cnt) {
+    float tmp[16];
+    _mm512_storeu_ps(tmp, v);
+    for (int t = 0; t < cnt; t++) y[(size_t)t * ldy] = tmp[t];
+}
+
+/* ============================================================================
+ * Blocks of 32 with Q8_0 activations: Q8_0, Q5_0 (lanes), Q4_0, IQ4_NL (rows)
+ * ========================================================================== */
+
+/* Packed group, per block b (640 bytes):
+ *   u32 xu[8][16]  lane l of token t: its 4 activation bytes + 128
+ *   f32 dx[16]     the token's block scale
+ *   (64 bytes pad to keep blocks 128-byte aligned relative to each other) */
+#define B32_BYTES 640
+
+static size_t b32_group_bytes(int n) {
+    return (size_t)(n / 32) * B32_BYTES;
+}
+
+static void b32_pack(int n, int cnt, const void *xq, size_t ldx, void *group) {
+    const int nb = n / 32;
+    uint8_t *g = group;
+    for (int b = 0; b < nb; b++) {
+        uint32_t *xu = (uint32_t *)(g + (size_t)b * B32_BYTES);
+        float *dx = (float *)(xu + 128);
+        for (int t = 0; t < RP_GEMM_GROUP; t++) {
+            if (t < cnt) {
+                const block_q8_0 *x = (const block_q8_0 *)((const char *)xq + (size_t)t * ldx) + b;
+                for (int l = 0; l < 8; l++) xu[l * 16 + t] = load_u32(x->qs + 4 * l) ^ 0x80808080u;
+                dx[t] = f16(x->d);
+            } else {
+                for (int l = 0; l < 8; l++) xu[l * 16 + t] = 0x80808080u;
+                dx[t] = 0.0f;
+            }
+        }
+        memset(dx + 16, 0, 64);
     }
 }
 
-static float dot_f16_f32_avx512(int n, const uint16_t *a, const float *b) {
-    __m512 s0 = _mm512_setzero_ps(), s1 = s0;
-    int i = 0;
-    for (; i + 32 <= n; i += 32) {
-        s0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(a + i))), _mm512_loadu_ps(b + i), s0);
-        s1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(a + i + 16))),
-                             _mm512_loadu_ps(b + i + 16), s1);
-    }
-    for (; i + 16 <= n; i += 16)
-        s0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(a + i))), _mm512_loadu_ps(b + i), s0);
-    if (i < n) {
-        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        s1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, a + i)), _mm512_maskz_loadu_ps(m, b + i), s1);
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+/* Unpacked row of 32-blocks in scratch: values (32 signed bytes per block),
+ * the +128 corrections (per lane for "lanes", per block for "rows"), and the
+ * block scales as floats. */
+typedef struct b32_row {
+    int8_t *v;     /* [nb][32] */
+    int32_t *corr; /* [nb][8] lanes, or [nb] rows */
+    float *dw;     /* [nb] */
+} b32_row;
+
+static size_t b32_row_bytes(int n) {
+    return (size_t)(n / 32) * (32 + 32 + 4) + 64;
 }
 
-static void axpy_f16_avx512(int n, float a, const uint16_t *x, float *y) {
-    __m512 va = _mm512_set1_ps(a);
-    int i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i))),
-                                                _mm512_loadu_ps(y + i)));
-    if (i < n) {
-        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        _mm512_mask_storeu_ps(y + i, m,
-                              _mm512_fmadd_ps(va, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x + i)),
-                                              _mm512_maskz_loadu_ps(m, y + i)));
+static b32_row b32_carve(void *scratch, int n, int which) {
+    const int nb = n / 32;
+    uint8_t *p = (uint8_t *)scratch + (size_t)which * rp_align_up(b32_row_bytes(n), 64);
+    b32_row r = {(int8_t *)p, (int32_t *)(p + (size_t)nb * 32), (float *)(p + (size_t)nb * 64)};
+    return r;
+}
+
+/* corr = -128 * (sum of each lane's 4 values) for the 8 lanes of a block */
+static inline __m256i lane_corr(__m256i v) {
+    __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), v);
+    return _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s, 7));
+}
+
+static inline int32_t block_corr(__m256i v) {
+    __m256i s = lane_corr(v);
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
+    return _mm_cvtsi128_si32(h);
+}
+
+static inline __m256i nibbles32(const uint8_t *p) {
+    __m128i t = _mm_loadu_si128((const __m128i *)p);
+    __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+    return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
+}
+
+static inline __m256i bits32(const uint8_t *p) {
+    const __m256i sh = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
+                                          0x0202020202020202, 0x0303030303030303);
+    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)load_u32(p)), sh);
+    const __m256i m = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(b, m), m);
+}
+
+/* signed values of block b of a row, per type */
+typedef __m256i (*b32_values_fn)(const void *row, int b, float *d);
+
+static __m256i values_q8_0(const void *row, int b, float *d) {
+    const block_q8_0 *x = (const block_q8_0 *)row + b;
+    *d = f16(x->d);
+    return _mm256_loadu_si256((const __m256i *)x->qs);
+}
+
+static __m256i values_q5_0(const void *row, int b, float *d) {
+    const block_q5_0 *x = (const block_q5_0 *)row + b;
+    *d = f16(x->d);
+    return _mm256_or_si256(nibbles32(x->qs),
+                           _mm256_andnot_si256(bits32(x->qh), _mm256_set1_epi8((char)0xF0)));
+}
+
+static __m256i values_q4_0(const void *row, int b, float *d) {
+    const block_q4_0 *x = (const block_q4_0 *)row + b;
+    *d = f16(x->d);
+    return _mm256_sub_epi8(nibbles32(x->qs), _mm256_set1_epi8(8));
+}
+
+static __m256i values_iq4_nl(const void *row, int b, float *d) {
+    const block_iq4_nl *x = (const block_iq4_nl *)row + b;
+    *d = f16(x->d);
+    const __m256i lut =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)rp_kvalues_iq4nl));
+    return _mm256_shuffle_epi8(lut, nibbles32(x->qs));
+}
+
+static void b32_prep(int n, const void *row, b32_values_fn values, bool lanes, b32_row *r) {
+    for (int b = 0; b < n / 32; b++) {
+        __m256i v = values(row, b, &r->dw[b]);
+        _mm256_storeu_si256((__m256i *)(r->v + 32 * b), v);
+        if (lanes)
+            _mm256_storeu_si256((__m256i *)(r->corr + 8 * b), lane_corr(v));
+        else
+            r->corr[b] = block_corr(v);
     }
 }
 
-static void vec_dot_f32_avx512(int n, float *s, const void *w, const void *x) { *s = dot_f32_avx512(n, w, x); }
-static void vec_dot_f16_avx512(int n, float *s, const void *w, const void *x) { *s = dot_f16_f32_avx512(n, w, x); }
+static size_t b32_scratch(int n) {
+    return 2 * rp_align_up(b32_row_bytes(n), 64);
+}
 
-/* Q8_0 x Q8_0 with VNNI: vpdpbusd needs an unsigned left operand, so use |w|
- * and move w's sign onto x. Two blocks per 512-bit register. */
-static void vec_dot_q8_0_avx512(int n, float *s, const void *w, const void *x) {
-    const block_q8_0 *a = w, *b = x;
-    int nb = n / QK8_0, i = 0;
-    __m512 acc = _mm512_setzero_ps();
-    for (; i + 2 <= nb; i += 2) {
-        __m512i qa = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a[i].qs)),
-                                        _mm256_loadu_si256((const __m256i *)a[i + 1].qs), 1);
-        __m512i qb = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b[i].qs)),
-                                        _mm256_loadu_si256((const __m256i *)b[i + 1].qs), 1);
-        __m512i ua = _mm512_abs_epi8(qa);
-        __mmask64 neg = _mm512_movepi8_mask(qa);
-        __m512i sb = _mm512_mask_sub_epi8(qb, neg, _mm512_setzero_si512(), qb);
-        __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ua, sb);
-        float d0 = rp_fp16_to_fp32(a[i].d) * rp_fp16_to_fp32(b[i].d);
-        float d1 = rp_fp16_to_fp32(a[i + 1].d) * rp_fp16_to_fp32(b[i + 1].d);
-        __m512 d = _mm512_insertf32x8(_mm512_set1_ps(d0), _mm256_set1_ps(d1), 1);
-        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot), acc);
+static inline __m512i bcast32(const void *p) {
+    return _mm512_set1_epi32((int)load_u32(p));
+}
+
+/* lanes: acc[l] = fma(dw*dx, lane sum, acc[l]) per block; two rows at once */
+static void b32_lanes_run(int n, int nr, const void *w, size_t ldw, const void *xp, int cnt,
+                          float *y, size_t ldy, void *scratch, b32_values_fn values) {
+    const int nb = n / 32, ng = (cnt + RP_GEMM_GROUP - 1) / RP_GEMM_GROUP;
+    const size_t gb = b32_group_bytes(n);
+    for (int r0 = 0; r0 < nr; r0 += 2) {
+        const int rows = nr - r0 >= 2 ? 2 : 1;
+        b32_row R[2];
+        for (int i = 0; i < rows; i++) {
+            R[i] = b32_carve(scratch, n, i);
+            b32_prep(n, (const char *)w + (size_t)(r0 + i) * ldw, values, true, &R[i]);
+        }
+        if (rows == 1) R[1] = R[0];
+        for (int g = 0; g < ng; g++) {
+            const uint8_t *xg = (const uint8_t *)xp + (size_t)g * gb;
+            __m512 a0[8], a1[8];
+            for (int l = 0; l < 8; l++) a0[l] = a1[l] = _mm512_setzero_ps();
+            for (int b = 0; b < nb; b++) {
+                const __m512i *xu = (const __m512i *)(xg + (size_t)b * B32_BYTES);
+                const __m512 dx = _mm512_load_ps((const float *)(xu + 8));
+                const __m512 d0 = _mm512_mul_ps(_mm512_set1_ps(R[0].dw[b]), dx);
+                const __m512 d1 = _mm512_mul_ps(_mm512_set1_ps(R[1].dw[b]), dx);
+                const int8_t *v0 = R[0].v + 32 * b, *v1 = R[1].v + 32 * b;
+                const int32_t *c0 = R[0].corr + 8 * b, *c1 = R[1].corr + 8 * b;
+                for (int l = 0; l < 8; l++) {
+                    const __m512i x = _mm512_load_si512(xu + l);
+                    __m512i i0 =
+                        _mm512_dpbusd_epi32(_mm512_set1_epi32(c0[l]), x, bcast32(v0 + 4 * l));
+                    __m512i i1 =
+                        _mm512_dpbusd_epi32(_mm512_set1_epi32(c1[l]), x, bcast32(v1 + 4 * l));
+                    a0[l] = _mm512_fmadd_ps(d0, _mm512_cvtepi32_ps(i0), a0[l]);
+                    a1[l] = _mm512_fmadd_ps(d1, _mm512_cvtepi32_ps(i1), a1[l]);
+                }
+            }
+            const int c =
+                cnt - g * RP_GEMM_GROUP < RP_GEMM_GROUP ? cnt - g * RP_GEMM_GROUP : RP_GEMM_GROUP;
+            float *yg = y + (size_t)g * RP_GEMM_GROUP * ldy + r0;
+            store_tokens(yg, ldy, reduce8(a0), c);
+            if (rows == 2) store_tokens(yg + 1, ldy, reduce8(a1), c);
+        }
     }
-    float r = _mm512_reduce_add_ps(acc);
-    for (; i < nb; i++) {
-        __m256i qa = _mm256_loadu_si256((const __m256i *)a[i].qs);
-        __m256i qb = _mm256_loadu_si256((const __m256i *)b[i].qs);
-        __m256i ua = _mm256_abs_epi8(qa);
-        __m256i sb = _mm256_sign_epi8(qb, qa);
-        __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ua, sb);
-        __m128i d4 = _mm_add_epi32(_mm256_castsi256_si128(dot), _mm256_extracti128_si256(dot, 1));
-        d4 = _mm_add_epi32(d4, _mm_shuffle_epi32(d4, 0x4e));
-        d4 = _mm_add_epi32(d4, _mm_shuffle_epi32(d4, 0xb1));
-        r += rp_fp16_to_fp32(a[i].d) * rp_fp16_to_fp32(b[i].d) * (float)_mm_cvtsi128_si32(d4);
+}
+
+/* rows: acc = fma((float)block sum, dw*dx, acc); two rows at once */
+static void b32_rows_run(int n, int nr, const void *w, size_t ldw, const void *xp, int cnt,
+                         float *y, size_t ldy, void *scratch, b32_values_fn values) {
+    const int nb = n / 32, ng = (cnt + RP_GEMM_GROUP - 1) / RP_GEMM_GROUP;
+    const size_t gb = b32_group_bytes(n);
+    for (int r0 = 0; r0 < nr; r0 += 2) {
+        const int rows = nr - r0 >= 2 ? 2 : 1;
+        b32_row R[2];
+        for (int i = 0; i < rows; i++) {
+            R[i] = b32_carve(scratch, n, i);
+            b32_prep(n, (const char *)w + (size_t)(r0 + i) * ldw, values, false, &R[i]);
+        }
+        if (rows == 1) R[1] = R[0];
+        for (int g = 0; g < ng; g++) {
+            const uint8_t *xg = (const uint8_t *)xp + (size_t)g * gb;
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+            for (int b = 0; b < nb; b++) {
+                const __m512i *xu = (const __m512i *)(xg + (size_t)b * B32_BYTES);
+                const __m512 dx = _mm512_load_ps((const float *)(xu + 8));
+                const int8_t *v0 = R[0].v + 32 * b, *v1 = R[1].v + 32 * b;
+                __m512i i0 = _mm512_set1_epi32(R[0].corr[b]), i1 = _mm512_set1_epi32(R[1].corr[b]);
+                __m512i j0 = _mm512_setzero_si512(), j1 = j0;
+                for (int l = 0; l < 8; l += 2) {
+                    const __m512i x0 = _mm512_load_si512(xu + l),
+                                  x1 = _mm512_load_si512(xu + l + 1);
+                    i0 = _mm512_dpbusd_epi32(i0, x0, bcast32(v0 + 4 * l));
+                    i1 = _mm512_dpbusd_epi32(i1, x0, bcast32(v1 + 4 * l));
+                    j0 = _mm512_dpbusd_epi32(j0, x1, bcast32(v0 + 4 * l + 4));
+                    j1 = _mm512_dpbusd_epi32(j1, x1, bcast32(v1 + 4 * l + 4));
+                }
+                a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, j0)),
+                                     _mm512_mul_ps(_mm512_set1_ps(R[0].dw[b]), dx), a0);
+                a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i1, j1)),
+                                     _mm512_mul_ps(_mm512_set1_ps(R[1].dw[b]), dx), a1);
+            }
+            const int c =
+                cnt - g * RP_GEMM_GROUP < RP_GEMM_GROUP ? cnt - g * RP_GEMM_GROUP : RP_GEMM_GROUP;
+            float *yg = y + (size_t)g * RP_GEMM_GROUP * ldy + r0;
+            store_tokens(yg, ldy, a0, c);
+            if (rows == 2) store_tokens(yg + 1, ldy, a1, c);
+        }
     }
-    *s = r;
+}
+
+#define B32_GEMM(name, kind, valfn)                                                                \
+    static void gemm_run_##name(int n, int nr, const void *w, size_t ldw, const void *xp,          \
+                                size_t ldx, int cnt, float *y, size_t ldy, void *scratch) {        \
+        (void)ldx;                                                                                 \
+        b32_##kind##_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, valfn);                          \
+    }                                                                                              \
+    static const rp_gemm_ops gemm_##name = {b32_group_bytes, b32_pack, b32_scratch,                \
+                                            gemm_run_##name};
+
+B32_GEMM(q8_0, lanes, values_q8_0)
+B32_GEMM(q5_0, lanes, values_q5_0)
+B32_GEMM(q4_0, rows, values_q4_0)
+B32_GEMM(iq4_nl, rows, values_iq4_nl)
+
+/* ---- matrix x vector, 32-blocks ----------------------------------------- */
+
+/* Q8_0 (lanes), two rows per register: [row r block b | row r+1 block b] as
+ * unsigned (w + 128) against the activation block duplicated in both halves;
+ * the correction is -128 * (sum of each lane's activations). */
+static void gemv_q8_0(int n, int nr, const void *w, size_t ldw, const void *x, float *y) {
+    const int nb = n / 32;
+    const block_q8_0 *xb = x;
+    int r = 0;
+    for (; r + 2 <= nr; r += 2) {
+        const block_q8_0 *w0 = (const block_q8_0 *)((const char *)w + (size_t)r * ldw);
+        const block_q8_0 *w1 = (const block_q8_0 *)((const char *)w + (size_t)(r + 1) * ldw);
+        __m512 acc = _mm512_setzero_ps();
+        for (int b = 0; b < nb; b++) {
+            const __m256i xv = _mm256_loadu_si256((const __m256i *)xb[b].qs);
+            const __m512i xx = _mm512_inserti64x4(_mm512_castsi256_si512(xv), xv, 1);
+            /* sum of each lane's activations, times -128 */
+            const __m256i xs = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), xv);
+            const __m256i cr = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(xs, 7));
+            const __m512i corr = _mm512_inserti64x4(_mm512_castsi256_si512(cr), cr, 1);
+            __m512i wv = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)w0[b].qs)),
+                _mm256_loadu_si256((const __m256i *)w1[b].qs), 1);
+            wv = _mm512_xor_si512(wv, _mm512_set1_epi8((char)0x80));
+            const __m512i s = _mm512_dpbusd_epi32(corr, wv, xx);
+            const float dx = f16(xb[b].d);
+            const __m512 d = _mm512_insertf32x8(_mm512_set1_ps(f16(w0[b].d) * dx),
+                                                _mm256_set1_ps(f16(w1[b].d) * dx), 1);
+            acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc);
+        }
+        y[r] = hsum256(_mm512_castps512_ps256(acc));
+        y[r + 1] = hsum256(_mm512_extractf32x8_ps(acc, 1));
+    }
+    for (; r < nr; r++) {
+        const block_q8_0 *w0 = (const block_q8_0 *)((const char *)w + (size_t)r * ldw);
+        __m256 acc = _mm256_setzero_ps();
+        for (int b = 0; b < nb; b++) {
+            const __m256i xv = _mm256_loadu_si256((const __m256i *)xb[b].qs);
+            const __m256i xs = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), xv);
+            const __m256i cr = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(xs, 7));
+            __m256i wv = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)w0[b].qs),
+                                          _mm256_set1_epi8((char)0x80));
+            const __m256i s = _mm256_dpbusd_epi32(cr, wv, xv);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(w0[b].d) * f16(xb[b].d)),
+                                  _mm256_cvtepi32_ps(s), acc);
+        }
+        y[r] = hsum256(acc);
+    }
+}
+
+/* ============================================================================
+ * K-quants with Q8_K activations
+ * ========================================================================== */
+
+/* Packed group, per super-block (4928 bytes):
+ *   u32 xu[8][8][16]  chunk c (32 elements), lane l, token t: 4 bytes + 128
+ *   f32 dx[16]
+ *   u32 s32[4][16]    int16 pairs (S_2p, S_2p+1), S_j = sum of group j of 32
+ *   u32 s16[8][16]    int16 pairs (bsums_2p, bsums_2p+1), groups of 16 */
+#define KS_BYTES 4928
+#define KS_DX    4096
+#define KS_S32   4160
+#define KS_S16   4416
+
+static size_t ks_group_bytes(int n) {
+    return (size_t)(n / QK_K) * KS_BYTES;
+}
+
+static inline uint32_t pair16(int a, int b) {
+    return (uint32_t)(uint16_t)a | (uint32_t)(uint16_t)b << 16;
+}
+
+static void ks_pack(int n, int cnt, const void *xq, size_t ldx, void *group) {
+    const int nsb = n / QK_K;
+    for (int sb = 0; sb < nsb; sb++) {
+        uint8_t *g = (uint8_t *)group + (size_t)sb * KS_BYTES;
+        uint32_t *xu = (uint32_t *)g, *s32 = (uint32_t *)(g + KS_S32),
+                 *s16 = (uint32_t *)(g + KS_S16);
+        float *dx = (float *)(g + KS_DX);
+        for (int t = 0; t < RP_GEMM_GROUP; t++) {
+            if (t >= cnt) {
+                for (int i = 0; i < 64; i++) xu[i * 16 + t] = 0x80808080u;
+                dx[t] = 0.0f;
+                for (int p = 0; p < 4; p++) s32[p * 16 + t] = 0;
+                for (int p = 0; p < 8; p++) s16[p * 16 + t] = 0;
+                continue;
+            }
+            const block_q8_K *x = (const block_q8_K *)((const char *)xq + (size_t)t * ldx) + sb;
+            for (int i = 0; i < 64; i++) xu[i * 16 + t] = load_u32(x->qs + 4 * i) ^ 0x80808080u;
+            dx[t] = x->d;
+            for (int p = 0; p < 4; p++)
+                s32[p * 16 + t] = pair16(x->bsums[4 * p] + x->bsums[4 * p + 1],
+                                         x->bsums[4 * p + 2] + x->bsums[4 * p + 3]);
+            for (int p = 0; p < 8; p++)
+                s16[p * 16 + t] = pair16(x->bsums[2 * p], x->bsums[2 * p + 1]);
+        }
+    }
+}
+
+/* An unpacked super-block of one row. */
+typedef struct ks_sb {
+    int8_t v[QK_K];  /* signed values, element order */
+    uint32_t sc[16]; /* int16 pair (s, s): scale of chunk c, half h at [2c + h] */
+    uint32_t mn[8];  /* int16 pairs of mins (over s32 pairs: 4, over s16 pairs: 8) */
+    int32_t corr[8]; /* -128 * weighted value sums: per lane ("lanes") or [0] ("rows") */
+    float dw, dmin;
+    uint8_t pad[56];
+} ks_sb;
+static_assert(sizeof(ks_sb) % 64 == 0, "ks_sb alignment");
+
+typedef void (*ks_prep_fn)(const void *row, int sb, ks_sb *o);
+
+/* Corrections from values and per-half scales (scale(c, h) in o->sc). */
+static void ks_corr(ks_sb *o, bool lanes) {
+    int32_t lane[8] = {0};
+    for (int c = 0; c < 8; c++)
+        for (int l = 0; l < 8; l++) {
+            int s4 = 0;
+            for (int j = 0; j < 4; j++) s4 += o->v[32 * c + 4 * l + j];
+            lane[l] += (int16_t)(o->sc[2 * c + l / 4] & 0xFFFF) * s4;
+        }
+    if (lanes)
+        for (int l = 0; l < 8; l++) o->corr[l] = -128 * lane[l];
+    else {
+        int32_t t = 0;
+        for (int l = 0; l < 8; l++) t += lane[l];
+        o->corr[0] = -128 * t;
+    }
+}
+
+static inline void k4_scales(const uint8_t *s, uint8_t sc[8], uint8_t mn[8]) {
+    uint32_t u[4];
+    memcpy(u, s, 12);
+    u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+    const uint32_t aux = u[1] & 0x3f3f3f3fu;
+    u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+    u[2] = aux;
+    u[0] &= 0x3f3f3f3fu;
+    memcpy(sc, u, 8);
+    memcpy(mn, u + 2, 8);
+}
+
+static void prep_q4_K(const void *row, int sb, ks_sb *o) {
+    const block_q4_K *x = (const block_q4_K *)row + sb;
+    uint8_t sc[8], mn[8];
+    k4_scales(x->scales, sc, mn);
+    for (int c = 0; c < 4; c++) {
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * c));
+        _mm256_storeu_si256((__m256i *)(o->v + 64 * c),
+                            _mm256_and_si256(raw, _mm256_set1_epi8(0xF)));
+        _mm256_storeu_si256((__m256i *)(o->v + 64 * c + 32),
+                            _mm256_and_si256(_mm256_srli_epi16(raw, 4), _mm256_set1_epi8(0xF)));
+    }
+    for (int c = 0; c < 8; c++) o->sc[2 * c] = o->sc[2 * c + 1] = pair16(sc[c], sc[c]);
+    for (int p = 0; p < 4; p++) o->mn[p] = pair16(mn[2 * p], mn[2 * p + 1]);
+    o->dw = f16(x->d);
+    o->dmin = f16(x->dmin);
+    ks_corr(o, false);
+}
+
+static void prep_q5_K(const void *row, int sb, ks_sb *o) {
+    const block_q5_K *x = (const block_q5_K *)row + sb;
+    uint8_t sc[8], mn[8];
+    k4_scales(x->scales, sc, mn);
+    const __m256i hb = _mm256_loadu_si256((const __m256i *)x->qh);
+    for (int c = 0; c < 4; c++) {
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * c));
+        __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * c), _mm256_set1_epi8(1));
+        __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * c + 1), _mm256_set1_epi8(1));
+        _mm256_storeu_si256((__m256i *)(o->v + 64 * c),
+                            _mm256_or_si256(_mm256_and_si256(raw, _mm256_set1_epi8(0xF)),
+                                            _mm256_slli_epi16(h0, 4)));
+        _mm256_storeu_si256(
+            (__m256i *)(o->v + 64 * c + 32),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), _mm256_set1_epi8(0xF)),
+                            _mm256_slli_epi16(h1, 4)));
+    }
+    for (int c = 0; c < 8; c++) o->sc[2 * c] = o->sc[2 * c + 1] = pair16(sc[c], sc[c]);
+    for (int p = 0; p < 4; p++) o->mn[p] = pair16(mn[2 * p], mn[2 * p + 1]);
+    o->dw = f16(x->d);
+    o->dmin = f16(x->dmin);
+    ks_corr(o, true);
+}
+
+static void prep_q6_K(const void *row, int sb, ks_sb *o) {
+    const block_q6_K *x = (const block_q6_K *)row + sb;
+    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3), m32 = _mm256_set1_epi8(32);
+    for (int h = 0; h < 2; h++) {
+        const __m256i l0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h));
+        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32));
+        const __m256i hb = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+        __m256i q[4];
+        q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                               _mm256_slli_epi16(_mm256_and_si256(hb, m3), 4));
+        q[1] =
+            _mm256_or_si256(_mm256_and_si256(l1, m4),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m3), 4));
+        q[2] =
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m3), 4));
+        q[3] =
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m3), 4));
+        for (int k = 0; k < 4; k++)
+            _mm256_storeu_si256((__m256i *)(o->v + 128 * h + 32 * k), _mm256_sub_epi8(q[k], m32));
+    }
+    for (int g = 0; g < 16; g++) o->sc[g] = pair16(x->scales[g], x->scales[g]);
+    memset(o->mn, 0, sizeof o->mn);
+    o->dw = f16(x->d);
+    o->dmin = 0;
+    ks_corr(o, true);
+}
+
+static void prep_q3_K(const void *row, int sb, ks_sb *o) {
+    const block_q3_K *x = (const block_q3_K *)row + sb;
+    for (int e = 0; e < QK_K; e++) {
+        const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+        o->v[e] = (int8_t)(((x->qs[32 * h + l] >> (2 * k)) & 3) -
+                           ((x->hmask[l] >> (e / 32)) & 1 ? 0 : 4));
+    }
+    for (int g = 0; g < 16; g++) {
+        const int s = rp_q3k_scale(g, x->scales);
+        o->sc[g] = pair16(s, s);
+    }
+    memset(o->mn, 0, sizeof o->mn);
+    o->dw = f16(x->d);
+    o->dmin = 0;
+    ks_corr(o, true);
+}
+
+static void prep_q2_K(const void *row, int sb, ks_sb *o) {
+    const block_q2_K *x = (const block_q2_K *)row + sb;
+    for (int h = 0; h < 2; h++) {
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * h));
+        for (int k = 0; k < 4; k++)
+            _mm256_storeu_si256(
+                (__m256i *)(o->v + 128 * h + 32 * k),
+                _mm256_and_si256(_mm256_srli_epi16(raw, 2 * k), _mm256_set1_epi8(3)));
+    }
+    for (int g = 0; g < 16; g++) o->sc[g] = pair16(x->scales[g] & 0xF, x->scales[g] & 0xF);
+    for (int p = 0; p < 8; p++) o->mn[p] = pair16(x->scales[2 * p] >> 4, x->scales[2 * p + 1] >> 4);
+    o->dw = f16(x->d);
+    o->dmin = f16(x->dmin);
+    ks_corr(o, false);
+}
+
+static size_t ks_scratch(int n) {
+    return 2 * (size_t)(n / QK_K) * sizeof(ks_sb) + 64;
+}
+
+static inline ks_sb *ks_rows(void *scratch) {
+    return (ks_sb *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+}
+
+/* "lanes" K-quants (Q3_K, Q5_K, Q6_K): per super-block and lane,
+ * acc[l] = fma(dx*dw, lane sum, acc[l]); with_min adds Q5_K's
+ * summs = fma(-dx*dmin, min sum, summs) after the reduction. */
+static void ks_lanes_run(int n, int nr, const void *w, size_t ldw, const void *xp, int cnt,
+                         float *y, size_t ldy, void *scratch, ks_prep_fn prep, bool with_min) {
+    const int nsb = n / QK_K, ng = (cnt + RP_GEMM_GROUP - 1) / RP_GEMM_GROUP;
+    const size_t gb = ks_group_bytes(n);
+    ks_sb *rows = ks_rows(scratch);
+    for (int r0 = 0; r0 < nr; r0 += 2) {
+        const int nrow = nr - r0 >= 2 ? 2 : 1;
+        ks_sb *R[2] = {rows, rows + nsb};
+        for (int i = 0; i < nrow; i++)
+            for (int sb = 0; sb < nsb; sb++)
+                prep((const char *)w + (size_t)(r0 + i) * ldw, sb, &R[i][sb]);
+        if (nrow == 1) R[1] = R[0];
+        for (int g = 0; g < ng; g++) {
+            const uint8_t *xg = (const uint8_t *)xp + (size_t)g * gb;
+            __m512 f0[8], f1[8], m0 = _mm512_setzero_ps(), m1 = m0;
+            for (int l = 0; l < 8; l++) f0[l] = f1[l] = _mm512_setzero_ps();
+            for (int sb = 0; sb < nsb; sb++) {
+                const uint8_t *xs = xg + (size_t)sb * KS_BYTES;
+                const __m512i *xu = (const __m512i *)xs;
+                const ks_sb *a = &R[0][sb], *b = &R[1][sb];
+                __m512i i0[8], i1[8];
+                for (int l = 0; l < 8; l++) {
+                    i0[l] = _mm512_set1_epi32(a->corr[l]);
+                    i1[l] = _mm512_set1_epi32(b->corr[l]);
+                }
+                for (int c = 0; c < 8; c++) {
+                    const __m512i sa0 = _mm512_set1_epi32((int)a->sc[2 * c]),
+                                  sa1 = _mm512_set1_epi32((int)a->sc[2 * c + 1]);
+                    const __m512i sb0 = _mm512_set1_epi32((int)b->sc[2 * c]),
+                                  sb1 = _mm512_set1_epi32((int)b->sc[2 * c + 1]);
+                    for (int l = 0; l < 8; l++) {
+                        const __m512i x = _mm512_load_si512(xu + 8 * c + l);
+                        const __m512i pa = _mm512_maddubs_epi16(x, bcast32(a->v + 32 * c + 4 * l));
+                        const __m512i pb = _mm512_maddubs_epi16(x, bcast32(b->v + 32 * c + 4 * l));
+                        i0[l] = _mm512_dpwssd_epi32(i0[l], pa, l < 4 ? sa0 : sa1);
+                        i1[l] = _mm512_dpwssd_epi32(i1[l], pb, l < 4 ? sb0 : sb1);
+                    }
+                }
+                const __m512 dx = _mm512_load_ps((const float *)(xs + KS_DX));
+                const __m512 d0 = _mm512_mul_ps(dx, _mm512_set1_ps(a->dw)),
+                             d1 = _mm512_mul_ps(dx, _mm512_set1_ps(b->dw));
+                for (int l = 0; l < 8; l++) {
+                    f0[l] = _mm512_fmadd_ps(d0, _mm512_cvtepi32_ps(i0[l]), f0[l]);
+                    f1[l] = _mm512_fmadd_ps(d1, _mm512_cvtepi32_ps(i1[l]), f1[l]);
+                }
+                if (with_min) {
+                    const __m512i *s32 = (const __m512i *)(xs + KS_S32);
+                    __m512i t0 = _mm512_setzero_si512(), t1 = t0;
+                    for (int p = 0; p < 4; p++) {
+                        t0 = _mm512_dpwssd_epi32(t0, _mm512_load_si512(s32 + p),
+                                                 _mm512_set1_epi32((int)a->mn[p]));
+                        t1 = _mm512_dpwssd_epi32(t1, _mm512_load_si512(s32 + p),
+                                                 _mm512_set1_epi32((int)b->mn[p]));
+                    }
+                    const __m512 ndx = _mm512_xor_ps(dx, _mm512_set1_ps(-0.0f));
+                    m0 = _mm512_fmadd_ps(_mm512_mul_ps(ndx, _mm512_set1_ps(a->dmin)),
+                                         _mm512_cvtepi32_ps(t0), m0);
+                    m1 = _mm512_fmadd_ps(_mm512_mul_ps(ndx, _mm512_set1_ps(b->dmin)),
+                                         _mm512_cvtepi32_ps(t1), m1);
+                }
+            }
+            const int c =
+                cnt - g * RP_GEMM_GROUP < RP_GEMM_GROUP ? cnt - g * RP_GEMM_GROUP : RP_GEMM_GROUP;
+            float *yg = y + (size_t)g * RP_GEMM_GROUP * ldy + r0;
+            __m512 r = reduce8(f0);
+            store_tokens(yg, ldy, with_min ? _mm512_add_ps(r, m0) : r, c);
+            if (nrow == 2) {
+                r = reduce8(f1);
+                store_tokens(yg + 1, ldy, with_min ? _mm512_add_ps(r, m1) : r, c);
+            }
+        }
+    }
+}
+
+/* "rows" K-quants (Q2_K, Q4_K): per super-block acc = fma(sum, dw*dx, acc),
+ * accm = fma(min sum, dmin*dx, accm); result acc - accm. n_min pairs come
+ * from the 32-groups (4) or the 16-groups (8). */
+static void ks_rows_run(int n, int nr, const void *w, size_t ldw, const void *xp, int cnt, float *y,
+                        size_t ldy, void *scratch, ks_prep_fn prep, int n_min) {
+    const int nsb = n / QK_K, ng = (cnt + RP_GEMM_GROUP - 1) / RP_GEMM_GROUP;
+    const size_t gb = ks_group_bytes(n);
+    ks_sb *rows = ks_rows(scratch);
+    for (int r0 = 0; r0 < nr; r0 += 2) {
+        const int nrow = nr - r0 >= 2 ? 2 : 1;
+        ks_sb *R[2] = {rows, rows + nsb};
+        for (int i = 0; i < nrow; i++)
+            for (int sb = 0; sb < nsb; sb++)
+                prep((const char *)w + (size_t)(r0 + i) * ldw, sb, &R[i][sb]);
+        if (nrow == 1) R[1] = R[0];
+        for (int g = 0; g < ng; g++) {
+            const uint8_t *xg = (const uint8_t *)xp + (size_t)g * gb;
+            __m512 f0 = _mm512_setzero_ps(), f1 = f0, m0 = f0, m1 = f0;
+            for (int sb = 0; sb < nsb; sb++) {
+                const uint8_t *xs = xg + (size_t)sb * KS_BYTES;
+                const __m512i *xu = (const __m512i *)xs;
+                const ks_sb *a = &R[0][sb], *b = &R[1][sb];
+                __m512i i0[4], i1[4];
+                i0[0] = _mm512_set1_epi32(a->corr[0]);
+                i1[0] = _mm512_set1_epi32(b->corr[0]);
+                for (int k = 1; k < 4; k++) i0[k] = i1[k] = _mm512_setzero_si512();
+                for (int c = 0; c < 8; c++) {
+                    const __m512i sa0 = _mm512_set1_epi32((int)a->sc[2 * c]),
+                                  sa1 = _mm512_set1_epi32((int)a->sc[2 * c + 1]);
+                    const __m512i sb0 = _mm512_set1_epi32((int)b->sc[2 * c]),
+                                  sb1 = _mm512_set1_epi32((int)b->sc[2 * c + 1]);
+                    for (int l = 0; l < 8; l++) {
+                        const __m512i x = _mm512_load_si512(xu + 8 * c + l);
+                        const __m512i pa = _mm512_maddubs_epi16(x, bcast32(a->v + 32 * c + 4 * l));
+                        const __m512i pb = _mm512_maddubs_epi16(x, bcast32(b->v + 32 * c + 4 * l));
+                        i0[l & 3] = _mm512_dpwssd_epi32(i0[l & 3], pa, l < 4 ? sa0 : sa1);
+                        i1[l & 3] = _mm512_dpwssd_epi32(i1[l & 3], pb, l < 4 ? sb0 : sb1);
+                    }
+                }
+                const __m512i *mp = (const __m512i *)(xs + (n_min == 4 ? KS_S32 : KS_S16));
+                __m512i t0 = _mm512_setzero_si512(), t1 = t0;
+                for (int p = 0; p < n_min; p++) {
+                    t0 = _mm512_dpwssd_epi32(t0, _mm512_load_si512(mp + p),
+                                             _mm512_set1_epi32((int)a->mn[p]));
+                    t1 = _mm512_dpwssd_epi32(t1, _mm512_load_si512(mp + p),
+                                             _mm512_set1_epi32((int)b->mn[p]));
+                }
+                const __m512i s0 = _mm512_add_epi32(_mm512_add_epi32(i0[0], i0[1]),
+                                                    _mm512_add_epi32(i0[2], i0[3]));
+                const __m512i s1 = _mm512_add_epi32(_mm512_add_epi32(i1[0], i1[1]),
+                                                    _mm512_add_epi32(i1[2], i1[3]));
+                const __m512 dx = _mm512_load_ps((const float *)(xs + KS_DX));
+                f0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0),
+                                     _mm512_mul_ps(_mm512_set1_ps(a->dw), dx), f0);
+                f1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1),
+                                     _mm512_mul_ps(_mm512_set1_ps(b->dw), dx), f1);
+                m0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t0),
+                                     _mm512_mul_ps(_mm512_set1_ps(a->dmin), dx), m0);
+                m1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t1),
+                                     _mm512_mul_ps(_mm512_set1_ps(b->dmin), dx), m1);
+            }
+            const int c =
+                cnt - g * RP_GEMM_GROUP < RP_GEMM_GROUP ? cnt - g * RP_GEMM_GROUP : RP_GEMM_GROUP;
+            float *yg = y + (size_t)g * RP_GEMM_GROUP * ldy + r0;
+            store_tokens(yg, ldy, _mm512_sub_ps(f0, m0), c);
+            if (nrow == 2) store_tokens(yg + 1, ldy, _mm512_sub_ps(f1, m1), c);
+        }
+    }
+}
+
+#define KS_GEMM(name, body)                                                                        \
+    static void gemm_run_##name(int n, int nr, const void *w, size_t ldw, const void *xp,          \
+                                size_t ldx, int cnt, float *y, size_t ldy, void *scratch) {        \
+        (void)ldx;                                                                                 \
+        body;                                                                                      \
+    }                                                                                              \
+    static const rp_gemm_ops gemm_##name = {ks_group_bytes, ks_pack, ks_scratch, gemm_run_##name};
+
+KS_GEMM(q2_K, ks_rows_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep_q2_K, 8))
+KS_GEMM(q4_K, ks_rows_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep_q4_K, 4))
+KS_GEMM(q3_K, ks_lanes_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep_q3_K, false))
+KS_GEMM(q5_K, ks_lanes_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep_q5_K, true))
+KS_GEMM(q6_K, ks_lanes_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep_q6_K, false))
+
+/* ---- matrix x vector, K-quants --------------------------------------------- */
+
+static inline int32_t hsum_i32x16(__m512i v) {
+    __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+    __m128i q = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    q = _mm_add_epi32(q, _mm_unpackhi_epi64(q, q));
+    q = _mm_add_epi32(q, _mm_shuffle_epi32(q, 0xB1));
+    return _mm_cvtsi128_si32(q);
+}
+
+/* [a x 16 | b x 16] as int16 */
+static inline __m512i scale_pair16(int a, int b) {
+    return _mm512_inserti64x4(_mm512_set1_epi16((short)a), _mm256_set1_epi16((short)b), 1);
+}
+
+/* 32 packed bytes -> [low nibbles | high nibbles] */
+static inline __m512i nibbles64(const uint8_t *p) {
+    const __m256i raw = _mm256_loadu_si256((const __m256i *)p);
+    return _mm512_and_si512(
+        _mm512_inserti64x4(_mm512_castsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1),
+        _mm512_set1_epi8(0xF));
+}
+
+/* Q4_K (rows): exact super-block sums, then the two fused multiply-adds. */
+static void gemv_q4_K(int n, int nr, const void *w, size_t ldw, const void *x, float *y) {
+    const int nsb = n / QK_K;
+    const block_q8_K *xb = x;
+    for (int r = 0; r < nr; r++) {
+        const block_q4_K *a = (const block_q4_K *)((const char *)w + (size_t)r * ldw);
+        float acc = 0, accm = 0;
+        for (int i = 0; i < nsb; i++) {
+            uint8_t sc[8], mn[8];
+            k4_scales(a[i].scales, sc, mn);
+            int msum = 0;
+            for (int j = 0; j < 8; j++)
+                msum += mn[j] * (xb[i].bsums[2 * j] + xb[i].bsums[2 * j + 1]);
+            __m512i s = _mm512_setzero_si512();
+            for (int c = 0; c < 4; c++) {
+                const __m512i q = nibbles64(a[i].qs + 32 * c);
+                const __m512i p = _mm512_maddubs_epi16(q, _mm512_loadu_si512(xb[i].qs + 64 * c));
+                s = _mm512_dpwssd_epi32(s, p, scale_pair16(sc[2 * c], sc[2 * c + 1]));
+            }
+            acc = fmaf((float)hsum_i32x16(s), f16(a[i].d) * xb[i].d, acc);
+            accm = fmaf((float)msum, f16(a[i].dmin) * xb[i].d, accm);
+        }
+        y[r] = acc - accm;
+    }
+}
+
+/* Q5_K (lanes + summs): lane sums in two 256-bit halves folded together. */
+static void gemv_q5_K(int n, int nr, const void *w, size_t ldw, const void *x, float *y) {
+    const int nsb = n / QK_K;
+    const block_q8_K *xb = x;
+    for (int r = 0; r < nr; r++) {
+        const block_q5_K *a = (const block_q5_K *)((const char *)w + (size_t)r * ldw);
+        __m256 acc = _mm256_setzero_ps();
+        float summs = 0;
+        for (int i = 0; i < nsb; i++) {
+            uint8_t sc[8], mn[8];
+            k4_scales(a[i].scales, sc, mn);
+            int total = 0;
+            for (int j = 0; j < 8; j++)
+                total += mn[j] * (xb[i].bsums[2 * j] + xb[i].bsums[2 * j + 1]);
+            summs = fmaf(-xb[i].d * f16(a[i].dmin), (float)total, summs);
+            const __m256i hb = _mm256_loadu_si256((const __m256i *)a[i].qh);
+            const __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(hb), hb, 1);
+            __m512i s = _mm512_setzero_si512();
+            for (int c = 0; c < 4; c++) {
+                /* fifth bits: bit 2c for the low half, 2c+1 for the high half */
+                const __m512i sh = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * c)),
+                                                      _mm256_set1_epi16((short)(2 * c + 1)), 1);
+                const __m512i h = _mm512_and_si512(_mm512_srlv_epi16(hh, sh), _mm512_set1_epi8(1));
+                const __m512i q =
+                    _mm512_or_si512(nibbles64(a[i].qs + 32 * c), _mm512_slli_epi16(h, 4));
+                const __m512i p = _mm512_maddubs_epi16(q, _mm512_loadu_si512(xb[i].qs + 64 * c));
+                s = _mm512_dpwssd_epi32(s, p, scale_pair16(sc[2 * c], sc[2 * c + 1]));
+            }
+            const __m256i s8 =
+                _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+            acc =
+                _mm256_fmadd_ps(_mm256_set1_ps(xb[i].d * f16(a[i].d)), _mm256_cvtepi32_ps(s8), acc);
+        }
+        y[r] = hsum256(acc) + summs;
+    }
+}
+
+/* Q6_K (lanes): values minus 32 via a precomputed 32*x, per-16 scales. */
+static void gemv_q6_K(int n, int nr, const void *w, size_t ldw, const void *x, float *y) {
+    const int nsb = n / QK_K;
+    const block_q8_K *xb = x;
+    const __m512i m4 = _mm512_set1_epi8(0xF), m3 = _mm512_set1_epi8(3);
+    /* which of the 4 scales of a 64-element register each int16 lane uses */
+    const __m512i sidx = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1,
+                                          1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    for (int r = 0; r < nr; r++) {
+        const block_q6_K *a = (const block_q6_K *)((const char *)w + (size_t)r * ldw);
+        __m256 acc = _mm256_setzero_ps();
+        for (int i = 0; i < nsb; i++) {
+            const __m512i scl = _mm512_cvtepi8_epi16(
+                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)a[i].scales)));
+            __m512i s = _mm512_setzero_si512();
+            for (int h = 0; h < 2; h++) {
+                const __m512i ql =
+                    _mm512_loadu_si512(a[i].ql + 64 * h); /* [k0,k1 low] / [k2,k3 high] nibbles */
+                const __m256i hb = _mm256_loadu_si256((const __m256i *)(a[i].qh + 32 * h));
+                const __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(hb), hb, 1);
+                const __m512i sh01 =
+                    _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+                const __m512i sh23 =
+                    _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
+                const __m512i q01 = _mm512_or_si512(
+                    _mm512_and_si512(ql, m4),
+                    _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hh, sh01), m3), 4));
+                const __m512i q23 = _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                    _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hh, sh23), m3), 4));
+                const __m512i x01 = _mm512_loadu_si512(xb[i].qs + 128 * h),
+                              x23 = _mm512_loadu_si512(xb[i].qs + 128 * h + 64);
+                const __m512i p01 =
+                    _mm512_sub_epi16(_mm512_maddubs_epi16(q01, x01),
+                                     _mm512_maddubs_epi16(_mm512_set1_epi8(32), x01));
+                const __m512i p23 =
+                    _mm512_sub_epi16(_mm512_maddubs_epi16(q23, x23),
+                                     _mm512_maddubs_epi16(_mm512_set1_epi8(32), x23));
+                /* scales of the 16-groups: 8h+0..3 for q01, 8h+4..7 for q23 */
+                const __m512i s01 = _mm512_permutexvar_epi16(
+                    _mm512_add_epi16(sidx, _mm512_set1_epi16((short)(8 * h))), scl);
+                const __m512i s23 = _mm512_permutexvar_epi16(
+                    _mm512_add_epi16(sidx, _mm512_set1_epi16((short)(8 * h + 4))), scl);
+                s = _mm512_dpwssd_epi32(s, p01, s01);
+                s = _mm512_dpwssd_epi32(s, p23, s23);
+            }
+            const __m256i s8 =
+                _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+            acc =
+                _mm256_fmadd_ps(_mm256_set1_ps(xb[i].d * f16(a[i].d)), _mm256_cvtepi32_ps(s8), acc);
+        }
+        y[r] = hsum256(acc);
+    }
 }
 
 void rp_kernels_fill_avx512(rp_kernels *k) {
-    k->vec_dot[RP_TYPE_F32] = vec_dot_f32_avx512;
-    k->vec_dot[RP_TYPE_F16] = vec_dot_f16_avx512;
-    k->vec_dot[RP_TYPE_Q8_0] = vec_dot_q8_0_avx512;
-    k->dot_f32 = dot_f32_avx512;
-    k->axpy_f32 = axpy_f32_avx512;
-    k->dot_f16_f32 = dot_f16_f32_avx512;
-    k->axpy_f16 = axpy_f16_avx512;
+    k->gemm[RP_TYPE_Q8_0] = &gemm_q8_0;
+    k->gemm[RP_TYPE_Q5_0] = &gemm_q5_0;
+    k->gemm[RP_TYPE_Q4_0] = &gemm_q4_0;
+    k->gemm[RP_TYPE_IQ4_NL] = &gemm_iq4_nl;
+    k->gemm[RP_TYPE_Q2_K] = &gemm_q2_K;
+    k->gemm[RP_TYPE_Q3_K] = &gemm_q3_K;
+    k->gemm[RP_TYPE_Q4_K] = &gemm_q4_K;
+    k->gemm[RP_TYPE_Q5_K] = &gemm_q5_K;
+    k->gemm[RP_TYPE_Q6_K] = &gemm_q6_K;
+    k->gemv[RP_TYPE_Q8_0] = gemv_q8_0;
+    k->gemv[RP_TYPE_Q4_K] = gemv_q4_K;
+    k->gemv[RP_TYPE_Q5_K] = gemv_q5_K;
+    k->gemv[RP_TYPE_Q6_K] = gemv_q6_K;
 }

@@ -1,7 +1,33 @@
-/* Scalar reference kernels: the definition every SIMD kernel is checked against. */
+/* Scalar reference kernels: the definition every SIMD kernel is checked against.
+ *
+ * The quantized dot products reproduce llama.cpp's x86 arithmetic bit for bit,
+ * so logits match the numbers people publish with llama.cpp. Integer products
+ * are exact; what must match is the float part, which comes in two shapes:
+ *
+ *  "lanes" (llama.cpp's vec_dot kernels: Q8_0, Q4_1, Q5_0, Q5_1, Q3_K, Q5_K,
+ *  Q6_K, IQ4_XS): each block's integer sum is split into 8 lanes, lane L
+ *  holding the elements e with (e % 32) / 4 == L (the int32 lanes of a 256-bit
+ *  register after the pairwise multiply-adds); every lane accumulates
+ *  acc[L] = fma(d, (float)lane_sum, acc[L]) over the blocks in order, d being
+ *  the float product of the two scales; the lanes are reduced as
+ *  ((a4+a0)+(a6+a2)) + ((a5+a1)+(a7+a3)).
+ *
+ *  "rows" (llama.cpp's repacked x86 kernels, which it uses by default for
+ *  Q4_0, IQ4_NL, Q2_K and Q4_K): one float accumulator per output,
+ *  acc = fma((float)block_sum, d_w * d_x, acc) per block in order; the K-quants
+ *  keep their min term in a second accumulator accm = fma((float)min_sum,
+ *  dmin_w * d_x, accm) and return acc - accm.
+ *
+ * Per-type details are documented at each kernel. The SIMD kernels of every
+ * ISA must produce exactly these floats. */
 #include "kernels/kernels.h"
 #include "quant.h"
 #include "util.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- float kernels (used by attention and F32/F16/BF16 weights) ----------- */
 
 static float dot_f32_ref(int n, const float *a, const float *b) {
     float s = 0;
@@ -30,7 +56,6 @@ static void f32_to_f16_ref(const float *x, uint16_t *y, int n) {
 static void vec_dot_f32_ref(int n, float *s, const void *w, const void *x) {
     *s = dot_f32_ref(n, w, x);
 }
-
 static void vec_dot_f16_ref(int n, float *s, const void *w, const void *x) {
     *s = dot_f16_f32_ref(n, w, x);
 }
@@ -43,23 +68,286 @@ static void vec_dot_bf16_ref(int n, float *s, const void *w, const void *x) {
     *s = acc;
 }
 
-static void vec_dot_q8_0_ref(int n, float *s, const void *w, const void *x) {
-    const block_q8_0 *a = w, *b = x;
+/* ---- lane helpers ---------------------------------------------------------- */
+
+static float rp_hsum8_ref(const float a[8]) {
+    const float r0 = a[4] + a[0], r1 = a[5] + a[1], r2 = a[6] + a[2], r3 = a[7] + a[3];
+    return (r0 + r2) + (r1 + r3);
+}
+
+/* acc[L] = fma(d, lane[L], acc[L]) */
+static inline void lanes_fma(float acc[8], float d, const int32_t lane[8]) {
+    for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lane[l], acc[l]);
+}
+
+/* lane[L] += sum over 32 elements of a[e] * b[e] * scale(e), for the lane of e */
+static inline void lanes_add32(int32_t lane[8], const int8_t *a, const int8_t *b) {
+    for (int e = 0; e < 32; e++) lane[e / 4] += (int32_t)a[e] * b[e];
+}
+
+/* ---- legacy blocks (32 weights) x Q8_0 / Q8_1 ------------------------------- */
+
+/* Unpack a 4-bit block to 32 signed values v = q - off in element order. */
+static inline void nibbles(const uint8_t qs[16], int off, int8_t out[32]) {
+    for (int j = 0; j < 16; j++) {
+        out[j] = (int8_t)((qs[j] & 0xF) - off);
+        out[j + 16] = (int8_t)((qs[j] >> 4) - off);
+    }
+}
+
+static inline void q5_values(const uint8_t qs[16], const uint8_t qh[4], int off, int8_t out[32]) {
+    uint32_t h =
+        (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+    for (int j = 0; j < 16; j++) {
+        out[j] = (int8_t)(((qs[j] & 0xF) | ((h >> j) & 1) << 4) - off);
+        out[j + 16] = (int8_t)(((qs[j] >> 4) | ((h >> (j + 16)) & 1) << 4) - off);
+    }
+}
+
+/* sum of a[e] * b[e] over one 32-element block */
+static inline int32_t block_sum32(const int8_t *a, const int8_t *b) {
+    int32_t s = 0;
+    for (int e = 0; e < 32; e++) s += (int32_t)a[e] * b[e];
+    return s;
+}
+
+/* Q4_0 (rows): acc = fma(sum, d_w * d_x, acc). */
+static void vec_dot_q4_0_ref(int n, float *s, const void *w, const void *x) {
+    const block_q4_0 *a = w;
+    const block_q8_0 *b = x;
     float acc = 0;
     for (int i = 0; i < n / QK8_0; i++) {
-        int sum = 0;
-        for (int j = 0; j < QK8_0; j++) sum += a[i].qs[j] * b[i].qs[j];
-        acc += rp_fp16_to_fp32(a[i].d) * rp_fp16_to_fp32(b[i].d) * (float)sum;
+        int8_t v[32];
+        nibbles(a[i].qs, 8, v);
+        acc = fmaf((float)block_sum32(v, b[i].qs),
+                   rp_fp16_to_fp32(a[i].d) * rp_fp16_to_fp32(b[i].d), acc);
     }
     *s = acc;
+}
+
+/* Q4_1 / Q5_1: the min term m * s accumulates in one float (fused
+ * multiply-add, block order) and is added after the lane reduction. */
+static void vec_dot_q4_1_ref(int n, float *s, const void *w, const void *x) {
+    const block_q4_1 *a = w;
+    const block_q8_1 *b = x;
+    float acc[8] = {0}, summs = 0;
+    for (int i = 0; i < n / QK8_1; i++) {
+        int8_t v[32];
+        int32_t lane[8] = {0};
+        summs = fmaf(rp_fp16_to_fp32(a[i].m), rp_fp16_to_fp32(b[i].s), summs);
+        nibbles(a[i].qs, 0, v);
+        lanes_add32(lane, v, b[i].qs);
+        lanes_fma(acc, rp_fp16_to_fp32(a[i].d) * rp_fp16_to_fp32(b[i].d), lane);
+    }
+    *s = rp_hsum8_ref(acc) + summs;
+}
+
+static void vec_dot_q5_0_ref(int n, float *s, const void *w, const void *x) {
+    const block_q5_0 *a = w;
+    const block_q8_0 *b = x;
+    float acc[8] = {0};
+    for (int i = 0; i < n / QK8_0; i++) {
+        int8_t v[32];
+        int32_t lane[8] = {0};
+        q5_values(a[i].qs, a[i].qh, 16, v);
+        lanes_add32(lane, v, b[i].qs);
+        lanes_fma(acc, rp_fp16_to_fp32(a[i].d) * rp_fp16_to_fp32(b[i].d), lane);
+    }
+    *s = rp_hsum8_ref(acc);
+}
+
+static void vec_dot_q5_1_ref(int n, float *s, const void *w, const void *x) {
+    const block_q5_1 *a = w;
+    const block_q8_1 *b = x;
+    float acc[8] = {0}, summs = 0;
+    for (int i = 0; i < n / QK8_1; i++) {
+        int8_t v[32];
+        int32_t lane[8] = {0};
+        summs = fmaf(rp_fp16_to_fp32(a[i].m), rp_fp16_to_fp32(b[i].s), summs);
+        q5_values(a[i].qs, a[i].qh, 0, v);
+        lanes_add32(lane, v, b[i].qs);
+        lanes_fma(acc, rp_fp16_to_fp32(a[i].d) * rp_fp16_to_fp32(b[i].d), lane);
+    }
+    *s = rp_hsum8_ref(acc) + summs;
+}
+
+static void vec_dot_q8_0_ref(int n, float *s, const void *w, const void *x) {
+    const block_q8_0 *a = w, *b = x;
+    float acc[8] = {0};
+    for (int i = 0; i < n / QK8_0; i++) {
+        int32_t lane[8] = {0};
+        lanes_add32(lane, a[i].qs, b[i].qs);
+        lanes_fma(acc, rp_fp16_to_fp32(a[i].d) * rp_fp16_to_fp32(b[i].d), lane);
+    }
+    *s = rp_hsum8_ref(acc);
+}
+
+/* IQ4_NL (rows), as Q4_0 with the non-linear grid. */
+static void vec_dot_iq4_nl_ref(int n, float *s, const void *w, const void *x) {
+    const block_iq4_nl *a = w;
+    const block_q8_0 *b = x;
+    float acc = 0;
+    for (int i = 0; i < n / QK4_NL; i++) {
+        int8_t v[32];
+        for (int j = 0; j < 16; j++) {
+            v[j] = rp_kvalues_iq4nl[a[i].qs[j] & 0xF];
+            v[j + 16] = rp_kvalues_iq4nl[a[i].qs[j] >> 4];
+        }
+        acc = fmaf((float)block_sum32(v, b[i].qs),
+                   rp_fp16_to_fp32(a[i].d) * rp_fp16_to_fp32(b[i].d), acc);
+    }
+    *s = acc;
+}
+
+/* ---- K-quants (256 weights) x Q8_K ------------------------------------------ */
+
+/* Q2_K (rows): sum = sum of scale(e) * q(e) * x(e), min_sum = sum over the 16
+ * groups of min_g * bsums_g. */
+static void vec_dot_q2_K_ref(int n, float *s, const void *w, const void *x) {
+    const block_q2_K *a = w;
+    const block_q8_K *b = x;
+    float acc = 0, accm = 0;
+    for (int i = 0; i < n / QK_K; i++) {
+        int32_t sum = 0, msum = 0;
+        for (int g = 0; g < 16; g++) msum += (a[i].scales[g] >> 4) * b[i].bsums[g];
+        for (int e = 0; e < QK_K; e++) {
+            const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+            sum +=
+                (a[i].scales[e / 16] & 0xF) * ((a[i].qs[32 * h + l] >> (2 * k)) & 3) * b[i].qs[e];
+        }
+        acc = fmaf((float)sum, rp_fp16_to_fp32(a[i].d) * b[i].d, acc);
+        accm = fmaf((float)msum, rp_fp16_to_fp32(a[i].dmin) * b[i].d, accm);
+    }
+    *s = acc - accm;
+}
+
+static void vec_dot_q3_K_ref(int n, float *s, const void *w, const void *x) {
+    const block_q3_K *a = w;
+    const block_q8_K *b = x;
+    float acc[8] = {0};
+    for (int i = 0; i < n / QK_K; i++) {
+        const float d = b[i].d * rp_fp16_to_fp32(a[i].d);
+        int32_t lane[8] = {0};
+        int sc[16];
+        for (int j = 0; j < 16; j++) sc[j] = rp_q3k_scale(j, a[i].scales);
+        for (int e = 0; e < QK_K; e++) {
+            const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+            const int q =
+                ((a[i].qs[32 * h + l] >> (2 * k)) & 3) - ((a[i].hmask[l] >> (e / 32)) & 1 ? 0 : 4);
+            lane[(e % 32) / 4] += sc[e / 16] * q * b[i].qs[e];
+        }
+        lanes_fma(acc, d, lane);
+    }
+    *s = rp_hsum8_ref(acc);
+}
+
+/* Q4_K (rows): sum over the 8 groups of 32 of scale_g * q * x, min_sum over
+ * the groups of min_g * (sum of the group's activations). */
+static void vec_dot_q4_K_ref(int n, float *s, const void *w, const void *x) {
+    const block_q4_K *a = w;
+    const block_q8_K *b = x;
+    float acc = 0, accm = 0;
+    for (int i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], mn[8];
+        for (int j = 0; j < 8; j++) rp_k4_scale_min(j, a[i].scales, &sc[j], &mn[j]);
+        int32_t sum = 0, msum = 0;
+        for (int j = 0; j < 8; j++) msum += mn[j] * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
+        for (int e = 0; e < QK_K; e++) {
+            const int c = e / 64, l = e % 32;
+            const int q = e % 64 < 32 ? a[i].qs[32 * c + l] & 0xF : a[i].qs[32 * c + l] >> 4;
+            sum += sc[e / 32] * q * b[i].qs[e];
+        }
+        acc = fmaf((float)sum, rp_fp16_to_fp32(a[i].d) * b[i].d, acc);
+        accm = fmaf((float)msum, rp_fp16_to_fp32(a[i].dmin) * b[i].d, accm);
+    }
+    *s = acc - accm;
+}
+
+/* Q5_K: the min term is one exact integer per super-block, accumulated as
+ * summs = fma(-y.d*dmin, (float)total, summs) and added after the reduction. */
+static void vec_dot_q5_K_ref(int n, float *s, const void *w, const void *x) {
+    const block_q5_K *a = w;
+    const block_q8_K *b = x;
+    float acc[8] = {0}, summs = 0;
+    for (int i = 0; i < n / QK_K; i++) {
+        const float d = b[i].d * rp_fp16_to_fp32(a[i].d);
+        const float dmin = -b[i].d * rp_fp16_to_fp32(a[i].dmin);
+        uint8_t sc[8], mn[8];
+        for (int j = 0; j < 8; j++) rp_k4_scale_min(j, a[i].scales, &sc[j], &mn[j]);
+        int total = 0;
+        for (int j = 0; j < 8; j++) total += mn[j] * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
+        summs = fmaf(dmin, (float)total, summs);
+        int32_t lane[8] = {0};
+        for (int e = 0; e < QK_K; e++) {
+            const int c = e / 64, l = e % 32, hi = e % 64 >= 32;
+            const int q = (hi ? a[i].qs[32 * c + l] >> 4 : a[i].qs[32 * c + l] & 0xF) +
+                          (((a[i].qh[l] >> (2 * c + hi)) & 1) << 4);
+            lane[l / 4] += sc[e / 32] * q * b[i].qs[e];
+        }
+        lanes_fma(acc, d, lane);
+    }
+    *s = rp_hsum8_ref(acc) + summs;
+}
+
+static void vec_dot_q6_K_ref(int n, float *s, const void *w, const void *x) {
+    const block_q6_K *a = w;
+    const block_q8_K *b = x;
+    float acc[8] = {0};
+    for (int i = 0; i < n / QK_K; i++) {
+        const float d = b[i].d * rp_fp16_to_fp32(a[i].d);
+        int32_t lane[8] = {0};
+        for (int e = 0; e < QK_K; e++) {
+            const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+            const uint8_t lo = a[i].ql[64 * h + l + 32 * (k & 1)];
+            const int q =
+                ((k < 2 ? lo & 0xF : lo >> 4) | ((a[i].qh[32 * h + l] >> (2 * k)) & 3) << 4) - 32;
+            lane[l / 4] += a[i].scales[e / 16] * q * b[i].qs[e];
+        }
+        lanes_fma(acc, d, lane);
+    }
+    *s = rp_hsum8_ref(acc);
+}
+
+static void vec_dot_iq4_xs_ref(int n, float *s, const void *w, const void *x) {
+    const block_iq4_xs *a = w;
+    const block_q8_K *b = x;
+    float acc[8] = {0};
+    for (int i = 0; i < n / QK_K; i++) {
+        int32_t lane[8] = {0};
+        for (int ib = 0; ib < 8; ib++) {
+            const int ls = (((a[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) |
+                            (((a[i].scales_h >> (2 * ib)) & 3) << 4)) -
+                           32;
+            for (int e = 0; e < 32; e++) {
+                const uint8_t byte = a[i].qs[16 * ib + e % 16];
+                const int v = rp_kvalues_iq4nl[e < 16 ? byte & 0xF : byte >> 4];
+                lane[e / 4] += ls * v * b[i].qs[32 * ib + e];
+            }
+        }
+        lanes_fma(acc, rp_fp16_to_fp32(a[i].d) * b[i].d, lane);
+    }
+    *s = rp_hsum8_ref(acc);
 }
 
 void rp_kernels_fill_ref(rp_kernels *k) {
     k->vec_dot[RP_TYPE_F32] = vec_dot_f32_ref;
     k->vec_dot[RP_TYPE_F16] = vec_dot_f16_ref;
     k->vec_dot[RP_TYPE_BF16] = vec_dot_bf16_ref;
+    k->vec_dot[RP_TYPE_Q4_0] = vec_dot_q4_0_ref;
+    k->vec_dot[RP_TYPE_Q4_1] = vec_dot_q4_1_ref;
+    k->vec_dot[RP_TYPE_Q5_0] = vec_dot_q5_0_ref;
+    k->vec_dot[RP_TYPE_Q5_1] = vec_dot_q5_1_ref;
     k->vec_dot[RP_TYPE_Q8_0] = vec_dot_q8_0_ref;
-    k->act_quant[RP_TYPE_Q8_0] = rp_quant_q8_0;
+    k->vec_dot[RP_TYPE_Q2_K] = vec_dot_q2_K_ref;
+    k->vec_dot[RP_TYPE_Q3_K] = vec_dot_q3_K_ref;
+    k->vec_dot[RP_TYPE_Q4_K] = vec_dot_q4_K_ref;
+    k->vec_dot[RP_TYPE_Q5_K] = vec_dot_q5_K_ref;
+    k->vec_dot[RP_TYPE_Q6_K] = vec_dot_q6_K_ref;
+    k->vec_dot[RP_TYPE_IQ4_NL] = vec_dot_iq4_nl_ref;
+    k->vec_dot[RP_TYPE_IQ4_XS] = vec_dot_iq4_xs_ref;
+    k->act_quant[RP_TYPE_Q8_0] = rp_act_q8_0;
+    k->act_quant[RP_TYPE_Q8_1] = rp_act_q8_1;
+    k->act_quant[RP_TYPE_Q8_K] = rp_act_q8_K;
     k->dot_f32 = dot_f32_ref;
     k->axpy_f32 = axpy_f32_ref;
     k->dot_f16_f32 = dot_f16_f32_ref;

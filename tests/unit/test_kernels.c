@@ -1,0 +1,318 @@
+/* Every SIMD kernel against its scalar twin: quantized products bit for bit
+ * (vec_dot, the multi-row gemv and the packed gemm, on random codes including
+ * extreme ones), activation encodings byte for byte, float products to
+ * rounding; and within one ISA, batch paths equal the one-row path exactly. */
+#include "kernels/kernels.h"
+#include "quant.h"
+#include "test.h"
+#include "types.h"
+#include "util.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+static const int k_types[] = {RP_TYPE_F32,  RP_TYPE_F16,    RP_TYPE_BF16,  RP_TYPE_Q4_0,
+                              RP_TYPE_Q4_1, RP_TYPE_Q5_0,   RP_TYPE_Q5_1,  RP_TYPE_Q8_0,
+                              RP_TYPE_Q2_K, RP_TYPE_Q3_K,   RP_TYPE_Q4_K,  RP_TYPE_Q5_K,
+                              RP_TYPE_Q6_K, RP_TYPE_IQ4_NL, RP_TYPE_IQ4_XS};
+
+/* Byte ranges of a block that hold codes (everything but the fp16 scales):
+ * randomizing them reaches every code the format can express. */
+typedef struct span {
+    size_t off, len;
+} span;
+
+static int code_spans(int type, span *s) {
+#define SP(T, f) (s[n++] = (span){offsetof(T, f), sizeof(((T *)0)->f)})
+    int n = 0;
+    switch (type) {
+    case RP_TYPE_Q4_0:
+        SP(block_q4_0, qs);
+        break;
+    case RP_TYPE_Q4_1:
+        SP(block_q4_1, qs);
+        break;
+    case RP_TYPE_Q5_0:
+        SP(block_q5_0, qh);
+        SP(block_q5_0, qs);
+        break;
+    case RP_TYPE_Q5_1:
+        SP(block_q5_1, qh);
+        SP(block_q5_1, qs);
+        break;
+    case RP_TYPE_Q8_0:
+        SP(block_q8_0, qs);
+        break;
+    case RP_TYPE_Q2_K:
+        SP(block_q2_K, scales);
+        SP(block_q2_K, qs);
+        break;
+    case RP_TYPE_Q3_K:
+        SP(block_q3_K, hmask);
+        SP(block_q3_K, qs);
+        SP(block_q3_K, scales);
+        break;
+    case RP_TYPE_Q4_K:
+        SP(block_q4_K, scales);
+        SP(block_q4_K, qs);
+        break;
+    case RP_TYPE_Q5_K:
+        SP(block_q5_K, scales);
+        SP(block_q5_K, qh);
+        SP(block_q5_K, qs);
+        break;
+    case RP_TYPE_Q6_K:
+        SP(block_q6_K, ql);
+        SP(block_q6_K, qh);
+        SP(block_q6_K, scales);
+        break;
+    case RP_TYPE_IQ4_NL:
+        SP(block_iq4_nl, qs);
+        break;
+    case RP_TYPE_IQ4_XS:
+        SP(block_iq4_xs, scales_h);
+        SP(block_iq4_xs, scales_l);
+        SP(block_iq4_xs, qs);
+        break;
+    default:
+        break;
+    }
+    return n;
+#undef SP
+}
+
+/* rows of random weights: quantized Gaussian rows, the codes of odd rows
+ * replaced by random bytes */
+static void make_rows(int type, int n, int rows, uint8_t *w, rp_rng *r) {
+    const rp_type_traits *t = rp_type_get(type);
+    const size_t rb = rp_row_size(type, n);
+    float *f = malloc((size_t)n * sizeof(float));
+    for (int i = 0; i < rows; i++) {
+        for (int j = 0; j < n; j++) f[j] = rp_rng_normal(r) * (i % 3 == 2 ? 20.0f : 0.05f);
+        t->from_float(f, w + (size_t)i * rb, n);
+        if (i % 2) {
+            span s[4];
+            const int ns = code_spans(type, s);
+            for (size_t b = 0; b < rb / t->type_size && ns; b++)
+                for (int k = 0; k < ns; k++)
+                    for (size_t o = 0; o < s[k].len; o++)
+                        w[(size_t)i * rb + b * t->type_size + s[k].off + o] =
+                            (uint8_t)rp_rng_next(r);
+        }
+    }
+    free(f);
+}
+
+static void make_acts(int n, int tokens, float *x, rp_rng *r) {
+    for (int t = 0; t < tokens; t++)
+        for (int j = 0; j < n; j++) {
+            float v = rp_rng_normal(r);
+            x[(size_t)t * (size_t)n + (size_t)j] = t == 1            ? 0.0f
+                                                   : t == 2          ? v * 1e4f
+                                                   : t == 3 && j % 7 ? 0.0f
+                                                                     : v;
+        }
+}
+
+static bool same_float(float a, float b, bool exact, double scale) {
+    if (exact) return !memcmp(&a, &b, sizeof a);
+    return fabs((double)a - b) <= 2e-5 * scale + 1e-30;
+}
+
+/* One type at one size for one ISA. */
+static void check_type(rp_isa isa, int type, int n) {
+    const rp_kernels *K = rp_kern_for(isa), *R = rp_kern_for(RP_ISA_SCALAR);
+    const rp_type_traits *t = rp_type_get(type);
+    const int vdt = t->vec_dot_type, rows = 37, toks = 35;
+    const bool quant = vdt != RP_TYPE_F32;
+    rp_rng rng;
+    rp_rng_seed(&rng, (uint64_t)type * 1000 + (uint64_t)n);
+    const size_t rb = rp_row_size(type, n),
+                 xb = quant ? rp_row_size(vdt, n) : (size_t)n * sizeof(float);
+    uint8_t *w = malloc(rb * rows), *xq = malloc(xb * toks);
+    float *x = malloc((size_t)n * toks * sizeof(float)),
+          *yref = malloc((size_t)rows * toks * sizeof(float));
+    float *y = malloc((size_t)rows * toks * sizeof(float)),
+          *scale = malloc((size_t)rows * toks * sizeof(float));
+    float *wf = malloc((size_t)n * sizeof(float));
+    REQUIRE(w && xq && x && yref && y && scale && wf, "alloc");
+    make_rows(type, n, rows, w, &rng);
+    make_acts(n, toks, x, &rng);
+    for (int tk = 0; tk < toks; tk++) {
+        if (quant)
+            R->act_quant[vdt](x + (size_t)tk * (size_t)n, xq + (size_t)tk * xb, n);
+        else
+            memcpy(xq + (size_t)tk * xb, x + (size_t)tk * (size_t)n, xb);
+    }
+    for (int r = 0; r < rows; r++) {
+        t->to_float(w + (size_t)r * rb, wf, n);
+        for (int tk = 0; tk < toks; tk++) {
+            double s = 0;
+            for (int j = 0; j < n; j++)
+                s += fabs((double)wf[j] * x[(size_t)tk * (size_t)n + (size_t)j]);
+            scale[(size_t)tk * rows + (size_t)r] = (float)s;
+            R->vec_dot[type](n, &yref[(size_t)tk * rows + (size_t)r], w + (size_t)r * rb,
+                             xq + (size_t)tk * xb);
+        }
+    }
+    /* vec_dot */
+    int bad = 0;
+    for (int r = 0; r < rows; r++)
+        for (int tk = 0; tk < toks; tk++) {
+            float v;
+            K->vec_dot[type](n, &v, w + (size_t)r * rb, xq + (size_t)tk * xb);
+            y[(size_t)tk * rows + (size_t)r] = v;
+            bad += !same_float(v, yref[(size_t)tk * rows + (size_t)r], quant,
+                               scale[(size_t)tk * rows + (size_t)r]);
+        }
+    CHECK(!bad, "%s %s n=%d: vec_dot differs from scalar at %d outputs", rp_isa_name(isa), t->name,
+          n, bad);
+    /* gemv: same floats as this ISA's vec_dot */
+    if (K->gemv[type]) {
+        float g[37];
+        for (int tk = 0; tk < 4; tk++) {
+            K->gemv[type](n, rows, w, rb, xq + (size_t)tk * xb, g);
+            bad = 0;
+            for (int r = 0; r < rows; r++)
+                bad += !same_float(g[r], y[(size_t)tk * rows + (size_t)r], true, 0);
+            CHECK(!bad, "%s %s n=%d token %d: gemv differs from vec_dot at %d rows",
+                  rp_isa_name(isa), t->name, n, tk, bad);
+        }
+    }
+    /* gemm over packed groups, every token count up to toks */
+    const rp_gemm_ops *gm = K->gemm[type];
+    if (gm) {
+        const int ng = (toks + RP_GEMM_GROUP - 1) / RP_GEMM_GROUP;
+        uint8_t *xp = gm->pack ? rp_alloc_aligned(gm->group_bytes(n) * (size_t)ng, "test") : NULL;
+        uint8_t *scr = rp_alloc_aligned(gm->scratch_bytes(n), "test");
+        float *g = malloc((size_t)rows * toks * sizeof(float));
+        REQUIRE((xp || !gm->pack) && scr && g, "alloc");
+        for (int cnt = 1; cnt <= toks; cnt += cnt < 4 ? 1 : 13) {
+            if (gm->pack)
+                for (int gi = 0; gi < ng; gi++) {
+                    const int c = RP_MIN(RP_GEMM_GROUP, cnt - gi * RP_GEMM_GROUP);
+                    if (c > 0)
+                        gm->pack(n, c, xq + (size_t)gi * RP_GEMM_GROUP * xb, xb,
+                                 xp + (size_t)gi * gm->group_bytes(n));
+                }
+            for (size_t i = 0; i < (size_t)rows * toks; i++) g[i] = NAN;
+            /* rows in two calls: a tail of odd length */
+            gm->run(n, 22, w, rb, gm->pack ? (const void *)xp : xq, xb, cnt, g, rows, scr);
+            gm->run(n, rows - 22, w + 22 * rb, rb, gm->pack ? (const void *)xp : xq, xb, cnt,
+                    g + 22, rows, scr);
+            bad = 0;
+            for (int tk = 0; tk < cnt; tk++)
+                for (int r = 0; r < rows; r++)
+                    bad += !same_float(g[(size_t)tk * rows + (size_t)r],
+                                       y[(size_t)tk * rows + (size_t)r], true, 0);
+            CHECK(!bad, "%s %s n=%d, %d tokens: gemm differs from vec_dot at %d outputs",
+                  rp_isa_name(isa), t->name, n, cnt, bad);
+        }
+        rp_free_aligned(xp);
+        rp_free_aligned(scr);
+        free(g);
+    }
+    /* the product agrees with the dequantized weights (layout consistency) */
+    if (isa == RP_ISA_SCALAR + 1) {
+        bad = 0;
+        for (int r = 0; r < rows; r += 5) {
+            t->to_float(w + (size_t)r * rb, wf, n);
+            double s = 0;
+            for (int j = 0; j < n; j++) s += (double)wf[j] * x[j];
+            bad += fabs(s - yref[r]) > 0.02 * scale[r] + 1e-20;
+        }
+        CHECK(!bad, "%s n=%d: vec_dot disagrees with the dequantized rows at %d rows", t->name, n,
+              bad);
+    }
+    free(w);
+    free(xq);
+    free(x);
+    free(yref);
+    free(y);
+    free(scale);
+    free(wf);
+}
+
+void test_kernels_simd_vs_scalar(void) {
+    const rp_isa top = rp_cpu_isa_max();
+    if (top == RP_ISA_SCALAR) printf("     (no SIMD level on this CPU: nothing to compare)\n");
+    for (int isa = RP_ISA_SCALAR + 1; isa <= (int)top; isa++)
+        for (size_t i = 0; i < RP_ARRAY_LEN(k_types); i++) {
+            const int type = k_types[i], bs = rp_type_get(type)->blck_size;
+            const int sizes[] = {
+                bs == 1 ? 7 : 0, bs == 1 ? 33 : 0, bs == 32 ? 32 : 0, bs == 32 ? 96 : 0, 256, 768};
+            for (size_t s = 0; s < RP_ARRAY_LEN(sizes); s++)
+                if (sizes[s]) check_type((rp_isa)isa, type, sizes[s]);
+        }
+}
+
+void test_kernels_act_quant(void) {
+    const int n = 1024;
+    float x[1024];
+    rp_rng r;
+    rp_rng_seed(&r, 7);
+    for (int isa = RP_ISA_SCALAR + 1; isa <= (int)rp_cpu_isa_max(); isa++) {
+        const rp_kernels *K = rp_kern_for((rp_isa)isa), *R = rp_kern_for(RP_ISA_SCALAR);
+        const int vdts[] = {RP_TYPE_Q8_0, RP_TYPE_Q8_1, RP_TYPE_Q8_K};
+        for (int rep = 0; rep < 6; rep++) {
+            for (int j = 0; j < n; j++)
+                x[j] = rep == 0 ? 0.0f : rp_rng_normal(&r) * (rep == 5 ? 1e-30f : 1.0f);
+            if (rep == 4) /* exact ties at .5 after scaling by 127/amax */
+                for (int j = 0; j < n; j++) x[j] = j % 32 == 0 ? 127.0f : (float)(j % 7) - 2.5f;
+            for (size_t v = 0; v < RP_ARRAY_LEN(vdts); v++) {
+                uint8_t a[1200], b[1200];
+                const size_t bytes = rp_row_size(vdts[v], n);
+                memset(a, 0, sizeof a);
+                memset(b, 0, sizeof b);
+                R->act_quant[vdts[v]](x, a, n);
+                K->act_quant[vdts[v]](x, b, n);
+                CHECK(!memcmp(a, b, bytes), "%s: %s activations differ from scalar (case %d)",
+                      rp_isa_name((rp_isa)isa), rp_type_name(vdts[v]), rep);
+            }
+        }
+    }
+}
+
+/* Attention's float helpers: close to scalar; and the AVX-512 table keeps the
+ * AVX2 arithmetic (llama.cpp's), so goldens do not depend on the level. */
+void test_kernels_attention_helpers(void) {
+    float a[300], b[300], y1[300], y2[300];
+    uint16_t h[300];
+    rp_rng r;
+    rp_rng_seed(&r, 3);
+    for (int i = 0; i < 300; i++) {
+        a[i] = rp_rng_normal(&r);
+        b[i] = rp_rng_normal(&r);
+        h[i] = rp_fp32_to_fp16(a[i]);
+    }
+    const rp_kernels *R = rp_kern_for(RP_ISA_SCALAR);
+    for (int isa = RP_ISA_SCALAR + 1; isa <= (int)rp_cpu_isa_max(); isa++) {
+        const rp_kernels *K = rp_kern_for((rp_isa)isa);
+        const int ns[] = {1, 8, 31, 32, 64, 128, 300};
+        for (size_t k = 0; k < RP_ARRAY_LEN(ns); k++) {
+            const int n = ns[k];
+            CHECK(fabsf(K->dot_f32(n, a, b) - R->dot_f32(n, a, b)) < 1e-4f, "%s dot_f32 n=%d",
+                  rp_isa_name((rp_isa)isa), n);
+            CHECK(fabsf(K->dot_f16_f32(n, h, b) - R->dot_f16_f32(n, h, b)) < 1e-4f, "dot_f16 n=%d",
+                  n);
+            memcpy(y1, b, sizeof b);
+            memcpy(y2, b, sizeof b);
+            K->axpy_f32(n, 0.37f, a, y1);
+            R->axpy_f32(n, 0.37f, a, y2);
+            bool ok = true;
+            for (int i = 0; i < n; i++) ok &= fabsf(y1[i] - y2[i]) < 1e-6f;
+            CHECK(ok, "axpy_f32 n=%d", n);
+            uint16_t h1[300], h2[300];
+            K->f32_to_f16(a, h1, n);
+            R->f32_to_f16(a, h2, n);
+            CHECK(!memcmp(h1, h2, (size_t)n * 2), "f32_to_f16 n=%d", n);
+        }
+    }
+    if (rp_cpu_isa_max() >= RP_ISA_AVX512) {
+        const rp_kernels *A = rp_kern_for(RP_ISA_AVX2), *B = rp_kern_for(RP_ISA_AVX512);
+        CHECK(A->dot_f32 == B->dot_f32 && A->axpy_f32 == B->axpy_f32 &&
+                  A->dot_f16_f32 == B->dot_f16_f32 && A->axpy_f16 == B->axpy_f16,
+              "the AVX-512 attention helpers must keep the AVX2 arithmetic");
+    }
+}
