@@ -19,6 +19,8 @@ static const command g_commands[] = {
     {"synth", cmd_synth, "write a deterministic random-weight model"},
     {"convert", cmd_convert, "convert a Hugging Face checkpoint (safetensors) to GGUF"},
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server (continuous batching over N slots)"},
+    {"quantize", cmd_quantize, "quantize a model: llama.cpp types and mixtures (Q4_K_M, ...)"},
+    {"bench", cmd_bench, "prompt and generation speed (llama-bench style table)"},
     {"merge", cmd_merge, "write a plan as a physically merged GGUF file"},
     {"demo", cmd_demo, "the `make run` job: a short generation on the built-in demo model"},
     {"gguf-copy", cmd_gguf_copy, "re-write a GGUF file through reprise's reader and writer"},

@@ -114,6 +114,8 @@ int cmd_synth(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 int cmd_gguf_copy(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 

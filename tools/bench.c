@@ -1,0 +1,261 @@
+/* reprise bench: prompt-processing and generation speed, printed as a table
+ * like llama-bench's (mean +- sample standard deviation over repetitions), and
+ * a memory read-bandwidth probe for the roofline. */
+#include "model.h"
+#include "threads.h"
+#include "tools.h"
+#include "types.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- bandwidth probe ---------------------------------------------------- */
+
+typedef struct probe {
+    const uint64_t *buf;
+    size_t words;
+    uint64_t sink[64];
+} probe;
+
+static void probe_task(void *arg, int ith, int nth) {
+    probe *p = arg;
+    long a, b;
+    rp_split_range((long)(p->words / 8), ith, nth, 64, &a, &b);
+    const uint64_t *w = p->buf;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = (size_t)a * 8; i < (size_t)b * 8; i += 8) {
+        s0 += w[i] ^ w[i + 4];
+        s1 += w[i + 1] ^ w[i + 5];
+        s2 += w[i + 2] ^ w[i + 6];
+        s3 += w[i + 3] ^ w[i + 7];
+    }
+    p->sink[ith % 64] = s0 + s1 + s2 + s3;
+}
+
+/* Best of 3 passes reading a buffer far larger than the caches. GB/s or <0. */
+static double bandwidth_gbs(int threads, size_t mib) {
+    const size_t bytes = mib << 20;
+    uint64_t *buf = rp_alloc_aligned(bytes, "bandwidth probe");
+    rp_pool *pool = rp_pool_new(threads);
+    if (!buf || !pool) {
+        rp_free_aligned(buf);
+        rp_pool_free(pool);
+        return -1;
+    }
+    for (size_t i = 0; i < bytes / 8; i++) buf[i] = i; /* fault every page in */
+    probe p = {.buf = buf, .words = bytes / 8};
+    double best = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        const double t0 = now_s();
+        rp_pool_run(pool, probe_task, &p);
+        const double dt = now_s() - t0;
+        if (dt < best) best = dt;
+    }
+    rp_pool_free(pool);
+    rp_free_aligned(buf);
+    return (double)bytes / best / 1e9;
+}
+
+/* ---- speed tests ----------------------------------------------------------- */
+
+typedef struct stat {
+    double mean, sd;
+} stat;
+
+static stat stats(const double *v, int n) {
+    stat s = {0, 0};
+    for (int i = 0; i < n; i++) s.mean += v[i];
+    s.mean /= n;
+    for (int i = 0; i < n; i++) s.sd += (v[i] - s.mean) * (v[i] - s.mean);
+    s.sd = n > 1 ? sqrt(s.sd / (n - 1)) : 0;
+    return s;
+}
+
+/* n_tok tokens of one prompt (logits for the last) from an empty cache; s */
+static bool run_pp(rp_context *ctx, const int32_t *toks, int n_tok, double *secs) {
+    rp_kv_clear(ctx);
+    rp_batch b = {.n_tokens = n_tok, .token = toks};
+    const double t0 = now_s();
+    rp_status s = rp_decode(ctx, &b);
+    *secs = now_s() - t0;
+    if (s) tool_fail("bench", s);
+    return s == RP_OK;
+}
+
+/* n_gen tokens one at a time from an empty cache; s */
+static bool run_tg(rp_context *ctx, const int32_t *toks, int n_gen, double *secs) {
+    rp_kv_clear(ctx);
+    const double t0 = now_s();
+    for (int i = 0; i < n_gen; i++) {
+        rp_batch b = {.n_tokens = 1, .token = &toks[i]};
+        rp_status s = rp_decode(ctx, &b);
+        if (s) {
+            tool_fail("bench", s);
+            return false;
+        }
+    }
+    *secs = now_s() - t0;
+    return true;
+}
+
+/* "qwen3 596.05M q8_0": architecture, parameters, weight type by bytes
+ * (with '+' when 2-D weights of other types are present). */
+static void model_label(const rp_model *m, char *buf, size_t size) {
+    uint64_t by_type[RP_TYPE_COUNT] = {0};
+    for (uint64_t i = 0; i < m->n_tensors; i++)
+        if (m->tensors[i].n_dims >= 2) by_type[m->tensors[i].type] += m->tensors[i].nbytes;
+    int best = 0, kinds = 0;
+    for (int t = 0; t < RP_TYPE_COUNT; t++) {
+        kinds += by_type[t] > 0;
+        if (by_type[t] > by_type[best]) best = t;
+    }
+    snprintf(buf, size, "%s %.2fM %s%s", rp_model_arch(m), (double)rp_model_n_params(m) / 1e6,
+             rp_type_name(best), kinds > 1 ? "+" : "");
+}
+
+static void print_row(const char *label, double mib, double mparams, int threads, int n_eff,
+                      const char *test, stat s) {
+    char ts[48];
+    snprintf(ts, sizeof ts, "%.2f ± %.2f", s.mean, s.sd);
+    printf("| %-28s | %9.2f MiB | %9.2f M | %7d | %6d | %8s | %20s |\n", label, mib, mparams,
+           threads, n_eff, test, ts);
+    fflush(stdout);
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *cmd = "bench";
+    model_opts mo;
+    model_opts_init(&mo);
+    int n_prompt = 512, n_gen = 128, reps = 5, bw_mib = 0;
+    bool bw = false;
+    const arg_opt opts[] = {
+        {"-p|--n-prompt", ARG_INT, &n_prompt, "N",
+         "prompt tokens of the pp test (0 = skip; default 512)"},
+        {"-n|--n-gen", ARG_INT, &n_gen, "N",
+         "generated tokens of the tg test (0 = skip; default 128)"},
+        {"-r|--repetitions", ARG_INT, &reps, "N", "repetitions of each test (default 5)"},
+        {"--bandwidth", ARG_FLAG, &bw, NULL,
+         "measure memory read bandwidth with -t threads (no model needed)"},
+        {"--bandwidth-mib", ARG_INT, &bw_mib, "N",
+         "size of the bandwidth probe's buffer (default 2048)"},
+        {0},
+    };
+    const arg_opt *tables[] = {opts, model_opts_table(&mo), NULL};
+    arg_spec spec = {
+        cmd,
+        "reprise bench -m MODEL [-p 512] [-n 128] [-t N] [-r 5] [--repeat-layers SPEC]",
+        "Measures prompt processing (ppN: N tokens in one batch from an empty cache) and "
+        "generation\n"
+        "(tgN: N tokens one at a time from an empty cache) and prints tokens per second, mean and\n"
+        "standard deviation over the repetitions, after one warm-up run. --bandwidth prints the\n"
+        "memory read bandwidth (GB/s), the roofline of generation.",
+        tables,
+        NULL,
+        0,
+        NULL};
+    bool help;
+    if (!args_parse(&spec, argc, argv, &help)) {
+        if (help) printf("\n%s\n", g_plan_help);
+        return help ? 0 : 2;
+    }
+    if (n_prompt < 0 || n_gen < 0 || reps < 1 || reps > 1000 || bw_mib < 0) {
+        tool_error(cmd, "-p and -n must be >= 0, -r in 1..1000");
+        return 2;
+    }
+    const int threads = mo.n_threads > 0 ? mo.n_threads : rp_n_physical_cores();
+    if (bw) {
+        const double g = bandwidth_gbs(threads, bw_mib ? (size_t)bw_mib : 2048);
+        if (g < 0) return tool_fail(cmd, RP_ERR_NOMEM);
+        printf("bandwidth: %.1f GB/s read, %d threads\n", g, threads);
+        if (!mo.model) return 0;
+    }
+    if (!mo.model) {
+        tool_error(cmd, "no model given (-m FILE)");
+        return 2;
+    }
+    if (!n_prompt && !n_gen) {
+        tool_error(cmd, "nothing to measure (-p 0 and -n 0)");
+        return 2;
+    }
+    if (!mo.n_ctx) mo.n_ctx = (uint32_t)(n_prompt > n_gen ? n_prompt : n_gen) + 1;
+    if (!mo.n_batch && n_prompt > 0) mo.n_batch = (uint32_t)n_prompt;
+    rp_model *model;
+    rp_context *ctx;
+    int code;
+    if (!tool_load(cmd, &mo, 1, &model, &ctx, &code)) return code;
+    const int nv = rp_vocab_n_tokens(rp_model_vocab(model)) > 0
+                       ? rp_vocab_n_tokens(rp_model_vocab(model))
+                       : rp_n_vocab(ctx);
+    const int nt = n_prompt > n_gen ? n_prompt : n_gen;
+    int32_t *toks = malloc((size_t)(nt > 0 ? nt : 1) * sizeof *toks);
+    double *secs = malloc((size_t)reps * sizeof *secs);
+    int ret = 1;
+    if (!toks || !secs) {
+        tool_fail(cmd, RP_ERR_NOMEM);
+        goto out;
+    }
+    rp_rng rng;
+    rp_rng_seed(&rng, 1234);
+    for (int i = 0; i < nt; i++) toks[i] = (int32_t)(rp_rng_next(&rng) % (uint64_t)nv);
+
+    char label[96];
+    model_label(model, label, sizeof label);
+    const double mib = (double)rp_model_weight_bytes(model) / 1048576.0,
+                 mparams = (double)rp_model_n_params(model) / 1e6;
+    const int used_threads = rp_context_n_threads(ctx), n_eff = rp_context_n_eff(ctx);
+    printf("| %-28s | %13s | %11s | %7s | %6s | %8s | %20s |\n", "model", "size", "params",
+           "threads", "layers", "test", "t/s");
+    printf("| %.28s | %.13s: | %.11s: | %.7s: | %.6s: | %.8s: | %.20s: |\n",
+           "------------------------------", "---------------", "-------------", "---------",
+           "--------", "----------", "----------------------");
+    /* warm-up: a short prompt and one generated token */
+    double w;
+    if (!run_pp(ctx, toks, n_prompt > 0 ? (n_prompt < 16 ? n_prompt : 16) : 1, &w) ||
+        !run_tg(ctx, toks, 1, &w))
+        goto out;
+    char test[32];
+    if (n_prompt > 0) {
+        double *tps = malloc((size_t)reps * sizeof *tps);
+        if (!tps) goto out;
+        for (int r = 0; r < reps; r++) {
+            if (!run_pp(ctx, toks, n_prompt, &secs[r])) {
+                free(tps);
+                goto out;
+            }
+            tps[r] = n_prompt / secs[r];
+        }
+        snprintf(test, sizeof test, "pp%d", n_prompt);
+        print_row(label, mib, mparams, used_threads, n_eff, test, stats(tps, reps));
+        free(tps);
+    }
+    if (n_gen > 0) {
+        double *tps = malloc((size_t)reps * sizeof *tps);
+        if (!tps) goto out;
+        for (int r = 0; r < reps; r++) {
+            if (!run_tg(ctx, toks, n_gen, &secs[r])) {
+                free(tps);
+                goto out;
+            }
+            tps[r] = n_gen / secs[r];
+        }
+        snprintf(test, sizeof test, "tg%d", n_gen);
+        print_row(label, mib, mparams, used_threads, n_eff, test, stats(tps, reps));
+        free(tps);
+    }
+    ret = 0;
+out:
+    free(toks);
+    free(secs);
+    rp_context_free(ctx);
+    rp_model_free(model);
+    return ret;
+}
