@@ -519,6 +519,12 @@ rp_status rp_conv_map(rp_conv *cv, const rp_conv_rule *rules, size_t n_rules) {
             int64_t layer;
             const char *suffix;
             if (!rule_match(rules[r].hf, t->name, &layer, &suffix)) continue;
+            if (t->type < 0)
+                return rp_fail(
+                    RP_ERR_UNSUPPORTED,
+                    "checkpoint tensor '%s' has dtype %s; reprise converts F32, F16 and BF16 "
+                    "tensors",
+                    t->name, t->dtype);
             if (layer >= cv->hp.n_layer)
                 return rp_fail(RP_ERR_FORMAT,
                                "checkpoint tensor '%s': layer %" PRId64 " is beyond the %" PRId64
@@ -743,6 +749,22 @@ static rp_status load_config(rp_conv *cv) {
     return RP_OK;
 }
 
+/* Output order: token_embd, the blocks by layer number, then the rest; by
+ * name within each (the same order however the plan was made). */
+static int64_t out_group(const char *name) {
+    if (!strncmp(name, "token_embd.", 11)) return -1;
+    if (!strncmp(name, "blk.", 4) && name[4] >= '0' && name[4] <= '9')
+        return strtoll(name + 4, NULL, 10);
+    return INT64_MAX;
+}
+
+static int cmp_out(const void *pa, const void *pb) {
+    const rp_conv_out *a = pa, *b = pb;
+    int64_t ga = out_group(a->name), gb = out_group(b->name);
+    if (ga != gb) return ga < gb ? -1 : 1;
+    return strcmp(a->name, b->name);
+}
+
 static rp_status plan(rp_conv *cv) {
     const rp_convert_params *p = &cv->p;
     rp_status s;
@@ -828,9 +850,15 @@ static rp_status plan(rp_conv *cv) {
                        "%s: the tokenizer has %" PRId64 " tokens but token_embd.weight has %" PRId64
                        " rows",
                        cv->dir, cv->n_tokens, embd->ne[1]);
+    qsort(cv->outs, cv->n_out, sizeof *cv->outs, cmp_out);
     for (size_t i = 0; i < cv->n_out; i++) {
         rp_conv_out *o = &cv->outs[i];
         o->type = pick_type(cv, o);
+        if (o->type == RP_TYPE_F16 && cv->outtype == RP_TYPE_Q8_0 && o->force_type < 0)
+            rp_log(RP_LOG_INFO,
+                   "%s: rows of %" PRId64
+                   " values cannot be split into q8_0 blocks of %d; stored as f16",
+                   o->name, o->ne[0], QK8_0);
         if ((s = rp_gguf_w_add_tensor(cv->w, o->name, o->type, o->n_dims, o->ne, NULL))) return s;
     }
     return RP_OK;

@@ -2,11 +2,12 @@
  *
  * Gemma's RMSNorm multiplies by (1 + w); llama.cpp multiplies by w, so every
  * *norm.weight (the four per layer, Q/K norms, the final norm) is written as
- * w + 1. The token embedding is cut to the tokenizer's size (Gemma 3 configs
- * count a few hundred rows no token uses). The output is always tied. Which
- * layers use the sliding window: llama.cpp's gemma3 assumes five local layers
- * then one global; when config.json says otherwise (layer_types or
- * sliding_window_pattern), the per-layer pattern is written as
+ * w + 1, added in F32 as transformers computes it (llama.cpp's converter adds
+ * in the checkpoint's dtype, which rounds 1 + w to F16 for an F16 checkpoint;
+ * the difference is below 2^-11). The token embedding is cut to the tokenizer's size (Gemma 3
+ * configs count a few hundred rows no token uses). The output is always tied. Which layers use the
+ * sliding window: llama.cpp's gemma3 assumes five local layers then one global; when config.json
+ * says otherwise (layer_types or sliding_window_pattern), the per-layer pattern is written as
  * gemma3.attention.sliding_window_pattern (bool per layer, true = local). */
 #include "convert.h"
 #include "util.h"

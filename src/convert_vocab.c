@@ -35,6 +35,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -452,21 +453,39 @@ static bool spm_space_prefix(const tok *t) {
 
 /* ---- special tokens, flags, templates ---------------------------------------- */
 
+/* Special token kinds in the order llama.cpp's SpecialVocab considers them;
+ * eot and eom join when a post-processor's trailing token replaces the EOS.
+ * add_key: the add_<kind>_token flag GGUF has for it (NULL: none). */
+enum { SP_BOS, SP_EOS, SP_UNK, SP_SEP, SP_PAD, SP_CLS, SP_MASK, SP_EOT, SP_EOM, N_SP };
 static const struct {
-    const char *typ, *key;
-} g_special[] = {
-    {"bos", "tokenizer.ggml.bos_token_id"},     {"eos", "tokenizer.ggml.eos_token_id"},
-    {"unk", "tokenizer.ggml.unknown_token_id"}, {"sep", "tokenizer.ggml.seperator_token_id"},
-    {"pad", "tokenizer.ggml.padding_token_id"}, {"cls", NULL},
-    {"mask", "tokenizer.ggml.mask_token_id"},
+    const char *kind, *id_key, *add_key;
+} g_special[N_SP] = {
+    {"bos", "tokenizer.ggml.bos_token_id", "tokenizer.ggml.add_bos_token"},
+    {"eos", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.add_eos_token"},
+    {"unk", "tokenizer.ggml.unknown_token_id", NULL},
+    {"sep", "tokenizer.ggml.seperator_token_id", "tokenizer.ggml.add_sep_token"},
+    {"pad", "tokenizer.ggml.padding_token_id", NULL},
+    {"cls", NULL, NULL},
+    {"mask", "tokenizer.ggml.mask_token_id", NULL},
+    {"eot", "tokenizer.ggml.eot_token_id", NULL},
+    {"eom", "tokenizer.ggml.eom_token_id", NULL},
 };
-enum { N_SPECIAL = 7, S_BOS = 0, S_EOS = 1, S_SEP = 3, S_CLS = 5 };
 
-/* tokenizer_config's "<typ>_token": a string or {"content": ...} */
-static const char *tc_token(const tok *t, const char *typ) {
+typedef struct specials {
+    const char
+        *str[N_SP];     /* token text per kind (tokenizer_config, adjusted by the post-processor) */
+    bool kind_on[N_SP]; /* eot/eom are considered only once added */
+    int add[N_SP];      /* -1 unset, else 0/1 */
+    int add_order[N_SP], n_add;
+    int64_t id[N_SP];
+    int id_order[N_SP], n_id;
+} specials;
+
+/* tokenizer_config's "<kind>_token": a string or {"content": ...} */
+static const char *tc_token(const tok *t, const char *kind) {
     if (!t->tc) return NULL;
     char k[32];
-    snprintf(k, sizeof k, "%s_token", typ);
+    snprintf(k, sizeof k, "%s_token", kind);
     const json_t *v = json_object_get(t->tc, k);
     if (json_is_object(v)) v = json_object_get(v, "content");
     return json_is_string(v) ? json_string_value(v) : NULL;
@@ -485,72 +504,238 @@ static const char *template_token(const json_t *item) {
     return json_string_value(json_object_get(json_object_get(item, "SpecialToken"), "id"));
 }
 
-static rp_status write_specials(tok *t, rp_gguf_writer *w) {
-    const char *str[N_SPECIAL];
-    for (int i = 0; i < N_SPECIAL; i++) str[i] = tc_token(t, g_special[i].typ);
-    if (!str[S_BOS] && str[S_CLS]) str[S_BOS] = str[S_CLS];
-    if (!str[S_EOS] && str[S_SEP]) str[S_EOS] = str[S_SEP];
-    int add[N_SPECIAL];
-    for (int i = 0; i < N_SPECIAL; i++) add[i] = -1;
-    /* what the post-processor adds (the simple templates llama.cpp understands) */
+static bool str_eq(const char *a, const char *b) {
+    return a && b && !strcmp(a, b);
+}
+
+static void set_add(specials *sp, int k, bool v) {
+    if (sp->add[k] < 0) sp->add_order[sp->n_add++] = k;
+    sp->add[k] = v;
+}
+
+/* What the post-processor adds, read the way llama.cpp reads it (simple
+ * templates only: a leading BOS/CLS, a trailing EOS, a separator between A
+ * and B). */
+static void template_flags(const tok *t, specials *sp, const json_t *p) {
+    const json_t *single = json_object_get(p, "single"), *pair = json_object_get(p, "pair");
+    size_t ns = json_array_size(single);
+    const char *first = NULL, *last = NULL;
+    if (ns > 1) {
+        if ((first = template_token(json_array_get(single, 0)))) {
+            if (!t->tc)
+                sp->str[SP_BOS] = first;
+            else if (!str_eq(first, sp->str[SP_BOS]) && !str_eq(first, sp->str[SP_CLS])) {
+                if (!sp->str[SP_BOS]) sp->str[SP_BOS] = first;
+                if (!sp->str[SP_CLS]) sp->str[SP_CLS] = first;
+            }
+            set_add(sp, SP_BOS, str_eq(first, sp->str[SP_BOS]) || str_eq(first, sp->str[SP_CLS]));
+        }
+        if ((last = template_token(json_array_get(single, ns - 1)))) {
+            if (!t->tc)
+                sp->str[SP_EOS] = last;
+            else if (!str_eq(last, sp->str[SP_EOS])) {
+                /* the trailing token becomes the EOS; the old one stays as EOT (or EOM) */
+                int keep = !sp->kind_on[SP_EOT] ? SP_EOT : !sp->kind_on[SP_EOM] ? SP_EOM : -1;
+                if (keep >= 0) {
+                    sp->kind_on[keep] = true;
+                    sp->str[keep] = sp->str[SP_EOS];
+                }
+                sp->str[SP_EOS] = last;
+            }
+            set_add(sp, SP_EOS, str_eq(last, sp->str[SP_EOS]));
+        }
+    }
+    size_t np = json_array_size(pair), a = 0, b = np;
+    if (!np) return;
+    if (first && str_eq(template_token(json_array_get(pair, 0)), first)) a = 1;
+    if (last && str_eq(template_token(json_array_get(pair, np - 1)), last)) b = np - 1;
+    if (b <= a) return;
+    const char *ta = json_string_value(
+        json_object_get(json_object_get(json_array_get(pair, a), "Sequence"), "id"));
+    const char *tb = json_string_value(
+        json_object_get(json_object_get(json_array_get(pair, b - 1), "Sequence"), "id"));
+    if (!str_eq(ta, "A") || !str_eq(tb, "B") || b - a < 3) return;
+    /* "A [sep] [eos] B" */
+    bool add_sep = false;
+    const char *e = template_token(json_array_get(pair, a + 1));
+    if (e && (str_eq(e, sp->str[SP_SEP]) || str_eq(e, sp->str[SP_EOS])) && !last) add_sep = true;
+    if (b - a == 4 && (e = template_token(json_array_get(pair, a + 2))) &&
+        (str_eq(e, sp->str[SP_SEP]) || str_eq(e, sp->str[SP_EOS])))
+        add_sep = true;
+    set_add(sp, SP_SEP, add_sep);
+    if (add_sep && !sp->str[SP_SEP] && t->tc) sp->str[SP_SEP] = sp->str[SP_EOS];
+}
+
+static void set_id(specials *sp, int k, int64_t id, int64_t n) {
+    if (id < 0 || sp->id[k] >= 0 || !g_special[k].id_key) return;
+    if (id >= n) {
+        rp_log(RP_LOG_WARN, "%s token id %" PRId64 " is beyond the %" PRId64 " tokens; not written",
+               g_special[k].kind, id, n);
+        return;
+    }
+    sp->id[k] = id;
+    sp->id_order[sp->n_id++] = k;
+}
+
+/* Special token ids and add flags; also marks, in a SentencePiece-style
+ * vocabulary, the tokens tokenizer_config names as control tokens. */
+static void resolve_specials(tok *t, specials *out) {
+    specials sp;
+    memset(&sp, 0, sizeof sp);
+    for (int k = 0; k < N_SP; k++) {
+        sp.kind_on[k] = k < SP_EOT;
+        sp.add[k] = -1;
+        sp.id[k] = -1;
+        if (sp.kind_on[k]) sp.str[k] = tc_token(t, g_special[k].kind);
+    }
+    if (!sp.str[SP_BOS] && sp.str[SP_CLS] && t->tc) sp.str[SP_BOS] = sp.str[SP_CLS];
+    if (!sp.str[SP_EOS] && sp.str[SP_SEP] && t->tc) sp.str[SP_EOS] = sp.str[SP_SEP];
     const json_t *post = json_object_get(t->tj, "post_processor");
     const json_t *procs = json_object_get(post, "processors");
     size_t np = json_is_array(procs) ? json_array_size(procs) : (json_is_object(post) ? 1 : 0);
     for (size_t i = 0; i < np; i++) {
         const json_t *p = json_is_array(procs) ? json_array_get(procs, i) : post;
         const char *type = json_string_value(json_object_get(p, "type"));
-        if (!type) continue;
-        if (!strcmp(type, "RobertaProcessing")) {
-            add[S_BOS] = add[S_EOS] = add[S_SEP] = 1;
-        } else if (!strcmp(type, "TemplateProcessing")) {
-            const json_t *single = json_object_get(p, "single");
-            size_t ns = json_array_size(single);
-            if (ns < 2) continue;
-            const char *first = template_token(json_array_get(single, 0));
-            const char *last = template_token(json_array_get(single, ns - 1));
-            if (first) {
-                if (!t->tc) str[S_BOS] = first;
-                add[S_BOS] = (str[S_BOS] && !strcmp(first, str[S_BOS])) ||
-                             (str[S_CLS] && !strcmp(first, str[S_CLS]));
-            }
-            if (last) {
-                if (!t->tc) str[S_EOS] = last;
-                add[S_EOS] = str[S_EOS] && !strcmp(last, str[S_EOS]);
-            }
+        if (str_eq(type, "ByteLevel")) {
+            if (sp.add[SP_BOS] < 0) set_add(&sp, SP_BOS, false);
+            if (sp.add[SP_EOS] < 0) set_add(&sp, SP_EOS, false);
+        } else if (str_eq(type, "RobertaProcessing")) {
+            set_add(&sp, SP_BOS, true);
+            set_add(&sp, SP_EOS, true);
+            set_add(&sp, SP_SEP, true);
+            const json_t *cls = json_array_get(json_object_get(p, "cls"), 0),
+                         *sep = json_array_get(json_object_get(p, "sep"), 0);
+            if (!sp.str[SP_CLS] && t->tc)
+                sp.str[SP_CLS] = json_is_string(cls) ? json_string_value(cls) : sp.str[SP_BOS];
+            if (!sp.str[SP_SEP] && t->tc)
+                sp.str[SP_SEP] = json_is_string(sep) ? json_string_value(sep) : sp.str[SP_EOS];
+        } else if (str_eq(type, "TemplateProcessing")) {
+            template_flags(t, &sp, p);
         }
     }
-    for (int i = 0; i < N_SPECIAL && t->tc; i++) {
-        char k[32];
-        snprintf(k, sizeof k, "add_%s_token", g_special[i].typ);
-        const json_t *v = json_object_get(t->tc, k);
-        if (json_is_boolean(v)) add[i] = json_is_true(v);
+    /* tokenizer_config's add_<kind>_token where the post-processor said nothing */
+    for (int k = 0; k < N_SP && t->tc; k++) {
+        if (!sp.kind_on[k]) continue;
+        char key[32];
+        snprintf(key, sizeof key, "add_%s_token", g_special[k].kind);
+        const json_t *v = json_object_get(t->tc, key);
+        if (json_is_boolean(v) && sp.add[k] < 0) set_add(&sp, k, json_is_true(v));
     }
+    for (int k = 0; k < N_SP; k++)
+        if (sp.kind_on[k]) set_id(&sp, k, added_id(t, sp.str[k]), t->n);
+    for (int k = 0; k < N_SP && t->config;
+         k++) { /* config.json's <kind>_token_id (an int; lists are ignored) */
+        if (!sp.kind_on[k]) continue;
+        char key[32];
+        int64_t x;
+        snprintf(key, sizeof key, "%s_token_id", g_special[k].kind);
+        if (json_int(json_object_get(t->config, key), &x) && x >= 0) set_id(&sp, k, x, t->n);
+    }
+    /* SentencePiece-style: the special tokens tokenizer_config names are control tokens */
+    if (t->spm) {
+        const json_t *extra = t->tc ? json_object_get(t->tc, "additional_special_tokens") : NULL;
+        for (int64_t id = 0; id < t->n; id++) {
+            if (t->type[id] != RP_TOKEN_NORMAL) continue;
+            bool special = false;
+            for (int k = 0; k < N_SP && !special; k++)
+                special = sp.kind_on[k] && str_eq(sp.str[k], t->text[id]);
+            for (size_t i = 0; i < json_array_size(extra) && !special; i++)
+                special = str_eq(json_string_value(json_array_get(extra, i)), t->text[id]);
+            if (special) t->type[id] = RP_TOKEN_CONTROL;
+        }
+    }
+    *out = sp;
+}
+
+static rp_status write_specials(const specials *sp, rp_gguf_writer *w) {
     rp_status s;
-    for (int i = 0; i < N_SPECIAL; i++) {
-        if (!g_special[i].key) continue;
-        int64_t id = added_id(t, str[i]);
-        if (id < 0 && t->config) { /* config.json's <typ>_token_id (an int; lists are ignored) */
-            char k[32];
-            snprintf(k, sizeof k, "%s_token_id", g_special[i].typ);
-            int64_t x;
-            if (json_int(json_object_get(t->config, k), &x) && x >= 0) id = x;
-        }
-        if (id >= t->n) {
-            rp_log(RP_LOG_WARN,
-                   "%s: %s token id %" PRId64 " is beyond the %" PRId64 " tokens; not written",
-                   t->dir, g_special[i].typ, id, t->n);
-            continue;
-        }
-        if (id >= 0 && (s = rp_gguf_w_set_u32(w, g_special[i].key, (uint32_t)id))) return s;
+    for (int i = 0; i < sp->n_id; i++) {
+        int k = sp->id_order[i];
+        if ((s = rp_gguf_w_set_u32(w, g_special[k].id_key, (uint32_t)sp->id[k]))) return s;
     }
-    static const int flag[] = {S_BOS, S_EOS, S_SEP};
-    static const char *const flag_key[] = {"tokenizer.ggml.add_bos_token",
-                                           "tokenizer.ggml.add_eos_token",
-                                           "tokenizer.ggml.add_sep_token"};
-    for (int i = 0; i < 3; i++)
-        if (add[flag[i]] >= 0 && (s = rp_gguf_w_set_bool(w, flag_key[i], add[flag[i]] == 1)))
+    for (int i = 0; i < sp->n_add; i++) {
+        int k = sp->add_order[i];
+        if (g_special[k].add_key &&
+            (s = rp_gguf_w_set_bool(w, g_special[k].add_key, sp->add[k] == 1)))
             return s;
+    }
     return RP_OK;
+}
+
+/* Lowercase / StripAccents normalizers (also inside BertNormalizer and Sequence). */
+static void normalizer_flags(const json_t *n, int *lower, int *strip) {
+    const char *type = json_string_value(json_object_get(n, "type"));
+    if (str_eq(type, "Lowercase"))
+        *lower = 1;
+    else if (str_eq(type, "StripAccents"))
+        *strip = 1;
+    else if (str_eq(type, "BertNormalizer")) {
+        const json_t *l = json_object_get(n, "lowercase"), *a = json_object_get(n, "strip_accents");
+        if (json_is_boolean(l)) *lower = json_is_true(l);
+        if (json_is_boolean(a)) *strip = json_is_true(a);
+    } else if (str_eq(type, "Sequence")) {
+        const json_t *l = json_object_get(n, "normalizers");
+        for (size_t i = 0; i < json_array_size(l); i++)
+            normalizer_flags(json_array_get(l, i), lower, strip);
+    }
+}
+
+/* chat_template.jinja with additional_chat_templates/NAME.jinja beside it:
+ * a named list, [{"name": "default", ...}, {"name": NAME, ...}], in *list
+ * (the default's text moves into it). */
+static rp_status additional_templates(const char *dir, char **jinja, json_t **list) {
+    size_t n = strlen(dir) + 32;
+    char *sub = rp_malloc(n, "path");
+    if (!sub) return RP_ERR_NOMEM;
+    snprintf(sub, n, "%s/additional_chat_templates", dir);
+    DIR *d = opendir(sub);
+    rp_status s = RP_OK;
+    struct dirent *e;
+    json_t *l = NULL;
+    while (d && !s && (e = readdir(d)) != NULL) {
+        size_t k = strlen(e->d_name);
+        if (k <= 6 || strcmp(e->d_name + k - 6, ".jinja") != 0) continue;
+        if (!l) {
+            l = json_array();
+            json_array_append_new(l, json_pack("{s:s,s:s}", "name", "default", "template", *jinja));
+        }
+        size_t pn = strlen(sub) + k + 2, len;
+        char *path = rp_malloc(pn, "path"), *text = NULL;
+        if (!path) {
+            s = RP_ERR_NOMEM;
+            break;
+        }
+        snprintf(path, pn, "%s/%s", sub, e->d_name);
+        if (!(s = rp_read_file(path, &text, &len))) {
+            char *name = rp_strndup(e->d_name, k - 6);
+            json_array_append_new(
+                l, json_pack("{s:s,s:s}", "name", name ? name : "", "template", text));
+            free(name);
+        }
+        free(text);
+        free(path);
+    }
+    if (d) closedir(d);
+    free(sub);
+    if (l && !s) {
+        /* directory order is arbitrary: sort the named ones */
+        size_t m = json_array_size(l);
+        for (size_t i = 2; i < m; i++)
+            for (size_t j = i; j > 1; j--) {
+                json_t *a = json_array_get(l, j - 1), *b = json_array_get(l, j);
+                if (strcmp(json_string_value(json_object_get(a, "name")),
+                           json_string_value(json_object_get(b, "name"))) <= 0)
+                    break;
+                json_incref(a);
+                json_array_set(l, j - 1, b);
+                json_array_set_new(l, j, a);
+            }
+        free(*jinja);
+        *jinja = NULL;
+        *list = l;
+    } else
+        json_decref(l);
+    return s;
 }
 
 static rp_status write_templates(tok *t, rp_gguf_writer *w) {
@@ -565,7 +750,9 @@ static rp_status write_templates(tok *t, rp_gguf_writer *w) {
         snprintf(path, n, "%s/chat_template.jinja", t->dir);
         struct stat sb;
         if (stat(path, &sb) == 0) {
-            s = rp_read_file(path, &jinja, &len);
+            if (!(s = rp_read_file(path, &jinja, &len)))
+                s = additional_templates(t->dir, &jinja, &alt);
+            if (alt) ct = alt;
         } else if (!(s = load_json(t->dir, "chat_template.json", false, &alt)) && alt) {
             ct = json_object_get(alt, "chat_template");
         }
@@ -646,14 +833,8 @@ static rp_status convert(tok *t, int64_t pad_to, int add_space_prefix, const cha
             if (t->text[id] && is_byte_token(t->text[id])) t->type[id] = RP_TOKEN_BYTE;
     if ((s = read_merges(t))) return s;
     if ((s = apply_added(t))) return s;
-    if (t->spm) { /* the unknown piece keeps its SentencePiece type even when listed as added */
-        const char *unk = json_string_value(json_object_get(t->model, "unk_token"));
-        const json_t *uid = unk ? json_object_get(t->vocab, unk) : NULL;
-        if (json_is_integer(uid)) {
-            t->type[json_integer_value(uid)] = RP_TOKEN_UNKNOWN;
-            t->score[json_integer_value(uid)] = 0.0f;
-        }
-    }
+    specials sp;
+    resolve_specials(t, &sp);
     const char *model = t->spm ? "llama" : "gpt2";
     if (!t->spm && !pre && (s = recognise_pre(t, &pre))) return s;
     if ((s = rp_gguf_w_set_str(w, "tokenizer.ggml.model", model))) return s;
@@ -667,15 +848,28 @@ static rp_status convert(tok *t, int64_t pad_to, int add_space_prefix, const cha
         return s;
     if (!t->spm && (s = rp_gguf_w_set_arr_str(w, "tokenizer.ggml.merges", t->merges, t->n_merges)))
         return s;
-    if ((s = write_specials(t, w))) return s;
+    if ((s = write_specials(&sp, w))) return s;
     if (t->spm) {
-        bool asp = add_space_prefix >= 0 ? add_space_prefix == 1 : spm_space_prefix(t);
-        const json_t *v =
-            t->tc && add_space_prefix < 0 ? json_object_get(t->tc, "add_prefix_space") : NULL;
-        if (json_is_boolean(v)) asp = json_is_true(v);
-        if ((s = rp_gguf_w_set_bool(w, "tokenizer.ggml.add_space_prefix", asp))) return s;
+        /* llama.cpp reads a missing key as true: written when the caller
+         * forces it, when tokenizer_config says (as llama.cpp's Llama
+         * converter writes it), or when tokenizer.json prepends no space */
+        const json_t *v = t->tc ? json_object_get(t->tc, "add_prefix_space") : NULL;
+        int asp = add_space_prefix >= 0 ? add_space_prefix
+                  : json_is_boolean(v)  ? json_is_true(v)
+                  : spm_space_prefix(t) ? -1
+                                        : 0;
+        if (asp >= 0 && (s = rp_gguf_w_set_bool(w, "tokenizer.ggml.add_space_prefix", asp == 1)))
+            return s;
     }
     if ((s = write_templates(t, w))) return s;
+    int lower = -1, strip = -1;
+    normalizer_flags(json_object_get(t->tj, "normalizer"), &lower, &strip);
+    if (lower >= 0 &&
+        (s = rp_gguf_w_set_bool(w, "tokenizer.ggml.normalizer.lowercase", lower == 1)))
+        return s;
+    if (strip >= 0 &&
+        (s = rp_gguf_w_set_bool(w, "tokenizer.ggml.normalizer.strip_accents", strip == 1)))
+        return s;
     if (json_is_true(json_object_get(t->model, "ignore_merges")) && !t->spm &&
         strcmp(pre, "llama-bpe") != 0)
         rp_log(RP_LOG_WARN,

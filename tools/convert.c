@@ -8,27 +8,32 @@
 
 static void print_plan(const rp_conv *cv) {
     size_t n = rp_conv_n_out(cv);
-    printf("%-36s %-5s %-22s %12s  %s\n", "tensor", "type", "shape (GGUF order)", "bytes", "from");
+    printf("%-34s %-5s %-16s %11s  %s\n", "tensor", "type", "shape", "bytes", "from");
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++) {
         const rp_conv_out *o = rp_conv_out_at(cv, i);
-        char shape[64];
+        char shape[64], from[400];
         size_t k = 0;
         for (uint32_t d = 0; d < o->n_dims && k < sizeof shape; d++)
             k += (size_t)snprintf(shape + k, sizeof shape - k, "%s%" PRId64, d ? ", " : "[",
                                   o->ne[d]);
         if (k < sizeof shape) snprintf(shape + k, sizeof shape - k, "]");
+        k = 0;
+        from[0] = 0;
+        for (int s = 0; s < o->n_src && k < sizeof from; s++)
+            k += (size_t)snprintf(from + k, sizeof from - k, "%s%s (%s)", s ? " + " : "",
+                                  o->src[s]->name, o->src[s]->dtype);
+        if (o->note && k < sizeof from)
+            snprintf(from + k, sizeof from - k, "%s%s", k ? ", " : "", o->note);
         uint64_t bytes =
             rp_row_size(o->type, o->ne[0]) * (uint64_t)(o->ne[1] * o->ne[2] * o->ne[3]);
         total += bytes;
-        printf("%-36s %-5s %-22s %12" PRIu64 "  %s%s%s%s%s\n", o->name, rp_type_name(o->type),
-               shape, bytes, o->n_src ? o->src[0]->name : "", o->n_src ? " (" : "",
-               o->n_src ? o->src[0]->dtype : "", o->n_src ? ")" : "", "");
-        if (o->note) printf("%-36s %-5s %-22s %12s  %s\n", "", "", "", "", o->note);
+        printf("%-34s %-5s %-16s %11" PRIu64 "  %s\n", o->name, rp_type_name(o->type), shape, bytes,
+               from);
     }
     uint64_t size = rp_conv_file_size(cv);
-    printf("\n%zu tensors, %" PRIu64 " bytes of tensor data; %s %s, %" PRId64 " tokens\n", n, total,
-           rp_conv_hf_arch(cv), rp_conv_arch_name(cv), rp_conv_n_tokens(cv));
+    printf("\n%s -> %s: %zu tensors, %" PRIu64 " bytes of tensor data, %" PRId64 " tokens\n",
+           rp_conv_hf_arch(cv), rp_conv_arch_name(cv), n, total, rp_conv_n_tokens(cv));
     printf("file size: %" PRIu64 " bytes (%.2f MiB)\n", size, (double)size / 1048576.0);
 }
 

@@ -239,13 +239,16 @@ void test_convert_llama_keys(void) {
               key_u32(g, "tokenizer.ggml.eos_token_id") == 2 &&
               key_u32(g, "tokenizer.ggml.unknown_token_id") == 0,
           "special ids");
+    /* add_bos from the TemplateProcessing post-processor, add_sep from its
+     * pair template; add_space_prefix left to llama.cpp's default (true) */
     CHECK(key_bool(g, "tokenizer.ggml.add_bos_token") == 1 &&
               key_bool(g, "tokenizer.ggml.add_eos_token") == 0 &&
-              key_bool(g, "tokenizer.ggml.add_space_prefix") == 1,
+              key_bool(g, "tokenizer.ggml.add_sep_token") == 0 &&
+              key_bool(g, "tokenizer.ggml.add_space_prefix") == -1,
           "flags");
     const rp_gguf_val *tt = rp_gguf_get(g, "tokenizer.ggml.token_type");
     CHECK(tt && tt->arr.type == RP_GGUF_INT32 && tt->arr.n == 512 &&
-              rp_gguf_arr_i64(tt, 0) == RP_TOKEN_UNKNOWN &&
+              rp_gguf_arr_i64(tt, 0) == RP_TOKEN_CONTROL &&
               rp_gguf_arr_i64(tt, 1) == RP_TOKEN_CONTROL &&
               rp_gguf_arr_i64(tt, 3) == RP_TOKEN_BYTE &&
               rp_gguf_arr_i64(tt, 300) == RP_TOKEN_NORMAL,
@@ -446,4 +449,269 @@ void test_convert_vocab_llama3(void) {
         bad =
             run_vocab_vectors(g, test_shared("vocab/llama.cpp/ggml-vocab-llama-bpe.gguf"), &total);
     CHECK(bad == 0 && total == 46, "llama-bpe vectors: %d of %d differ", bad, total);
+}
+
+/* ---- bad checkpoints -------------------------------------------------------- */
+
+/* A copy of a fixture directory to break. */
+static const char *copy_fixture(const char *name, const char *as) {
+    const char *dir = test_tmp(as);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd,
+             "rm -rf '%s' && mkdir -p \"$(dirname '%s')\" && cp -r '" FIX "/%s' '%s'", dir, dir,
+             name, dir);
+    return system(cmd) == 0 ? dir : NULL;
+}
+
+/* config.json of dir with one key set (value as JSON text; NULL deletes it). */
+static bool edit_config(const char *dir, const char *key, const char *value) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_t *root = json_load_file(path, JSON_DECODE_INT_AS_REAL, NULL);
+    if (!root) return false;
+    if (value)
+        json_object_set_new(root, key, json_loads(value, JSON_DECODE_ANY, NULL));
+    else
+        json_object_del(root, key);
+    bool ok = json_dump_file(root, path, JSON_INDENT(2)) == 0;
+    json_decref(root);
+    return ok;
+}
+
+static void expect_refusal(const char *dir, rp_status want, const char *what,
+                           const char *case_name) {
+    rp_convert_params p = rp_convert_default_params();
+    p.dir = dir;
+    rp_conv *cv = NULL;
+    rp_status s = rp_conv_open(&p, &cv);
+    CHECK(s == want && strstr(rp_last_error(), what),
+          "%s: status %d (want %d), message '%s' lacks '%s'", case_name, s, want, rp_last_error(),
+          what);
+    rp_conv_free(cv);
+}
+
+void test_convert_refusals(void) {
+    const char *d = copy_fixture("qwen3", "bad-qwen3");
+    REQUIRE(d, "copy");
+    expect_refusal("/nonexistent-checkpoint", RP_ERR_IO, "no config.json", "missing directory");
+    REQUIRE(edit_config(d, "architectures", "[\"BertForMaskedLM\"]"), "edit");
+    expect_refusal(d, RP_ERR_UNSUPPORTED, "LlamaForCausalLM, Qwen2ForCausalLM",
+                   "unknown architecture");
+    REQUIRE(edit_config(d, "architectures", NULL), "edit");
+    expect_refusal(d, RP_ERR_FORMAT, "architectures", "no architectures");
+    REQUIRE(edit_config(d, "architectures", "[\"Qwen3ForCausalLM\"]") &&
+                edit_config(d, "hidden_size", NULL),
+            "edit");
+    expect_refusal(d, RP_ERR_FORMAT, "'hidden_size'", "missing key");
+    REQUIRE(edit_config(d, "hidden_size", "\"64\""), "edit");
+    expect_refusal(d, RP_ERR_FORMAT, "must be an integer", "key of the wrong type");
+    REQUIRE(edit_config(d, "hidden_size", "32"), "edit");
+    expect_refusal(d, RP_ERR_FORMAT, "config.json implies", "shapes disagree with config.json");
+    REQUIRE(edit_config(d, "hidden_size", "64") && edit_config(d, "num_hidden_layers", "1"),
+            "edit");
+    expect_refusal(d, RP_ERR_FORMAT, "layer 1 is beyond", "a layer beyond num_hidden_layers");
+    REQUIRE(edit_config(d, "num_hidden_layers", "3"), "edit");
+    expect_refusal(d, RP_ERR_FORMAT, "model.layers.2.", "a missing layer");
+    REQUIRE(edit_config(d, "num_hidden_layers", "2") &&
+                edit_config(d, "tie_word_embeddings", "false"),
+            "edit");
+    expect_refusal(d, RP_ERR_FORMAT, "lm_head.weight", "untied without lm_head");
+    REQUIRE(edit_config(d, "tie_word_embeddings", "true") &&
+                edit_config(d, "num_key_value_heads", "3"),
+            "edit");
+    expect_refusal(d, RP_ERR_FORMAT, "num_key_value_heads", "heads not a multiple");
+    REQUIRE(edit_config(d, "num_key_value_heads", "2") &&
+                edit_config(d, "rope_parameters", "{\"rope_type\": \"dynamic\", \"factor\": 2.0}"),
+            "edit");
+    expect_refusal(d, RP_ERR_UNSUPPORTED, "rope type 'dynamic'", "unsupported rope scaling");
+    REQUIRE(edit_config(d, "rope_parameters", "{\"rope_type\": \"yarn\", \"factor\": 4.0}"),
+            "edit");
+    expect_refusal(d, RP_ERR_FORMAT, "original_max_position_embeddings",
+                   "yarn without its context");
+    REQUIRE(edit_config(d, "rope_parameters",
+                        "{\"rope_type\": \"default\", \"rope_theta\": 1000000.0}") &&
+                edit_config(d, "vocab_size", "300"),
+            "edit");
+    expect_refusal(d, RP_ERR_FORMAT, "vocab_size", "tokenizer larger than vocab_size");
+    REQUIRE(edit_config(d, "vocab_size", "320"), "edit");
+    char cmd[1200];
+    /* a tensor no rule knows */
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && python3 -c \"import "
+             "struct,json;h=json.dumps({'extra.weight':{'dtype':'F32','shape':[1],"
+             "'data_offsets':[0,4]}}).encode();open('model-extra.safetensors','wb').write(struct."
+             "pack('<Q',len(h))+h+"
+             "bytes(4))\" && mv model.safetensors model-main.safetensors",
+             d);
+    REQUIRE(system(cmd) == 0, "extra shard");
+    expect_refusal(d, RP_ERR_UNSUPPORTED, "'extra.weight' has no place", "an unknown tensor");
+    /* a tensor of a dtype reprise does not convert */
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && python3 -c \"import "
+             "struct,json;h=json.dumps({'lm_head.weight':{'dtype':'I64','shape':[1],"
+             "'data_offsets':[0,8]}}).encode();open('model-extra.safetensors','wb').write(struct."
+             "pack('<Q',len(h))+h+"
+             "bytes(8))\"",
+             d);
+    REQUIRE(system(cmd) == 0 && edit_config(d, "tie_word_embeddings", "false"), "I64 shard");
+    expect_refusal(d, RP_ERR_UNSUPPORTED, "dtype I64", "an I64 tensor");
+    snprintf(cmd, sizeof cmd, "rm '%s/model-extra.safetensors' '%s/tokenizer.json'", d, d);
+    REQUIRE(system(cmd) == 0 && edit_config(d, "tie_word_embeddings", "true"), "no tokenizer");
+    expect_refusal(d, RP_ERR_IO, "--no-vocab", "no tokenizer.json");
+    rp_convert_params p = rp_convert_default_params();
+    p.dir = d;
+    p.no_vocab = true;
+    rp_conv *cv;
+    CHECK(rp_conv_open(&p, &cv) == RP_OK, "--no-vocab converts without a tokenizer: %s",
+          rp_last_error());
+    rp_conv_free(cv);
+}
+
+/* A byte-level tokenizer whose split regex is not a known one is refused,
+ * unless its pre-tokenizer is named. */
+void test_convert_unknown_pre(void) {
+    const char *d = copy_fixture("qwen2", "pre-qwen2");
+    REQUIRE(d, "copy");
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd,
+             "sed -i 's/\\\\\\\\p{N}| ?/\\\\\\\\p{N}{1,2}| ?/' '%s/tokenizer.json'", d);
+    REQUIRE(system(cmd) == 0, "edit tokenizer.json");
+    expect_refusal(d, RP_ERR_UNSUPPORTED, "--vocab-pre", "unknown split regex");
+    rp_convert_params p = rp_convert_default_params();
+    p.dir = d;
+    p.vocab_pre = "qwen2";
+    rp_conv *cv;
+    CHECK(rp_conv_open(&p, &cv) == RP_OK, "--vocab-pre overrides: %s", rp_last_error());
+    rp_conv_free(cv);
+}
+
+/* --dry-run on a config.json alone plans the same tensors as the weights. */
+void test_convert_plan_from_config(void) {
+    for (size_t f = 0; f < RP_ARRAY_LEN(g_fix); f++) {
+        char dir[256];
+        snprintf(dir, sizeof dir, FIX "/%s", g_fix[f].name);
+        char as[64]; /* the same base name: general.name is the directory's */
+        snprintf(as, sizeof as, "cfg/%s", g_fix[f].name);
+        const char *d = copy_fixture(g_fix[f].name, as);
+        REQUIRE(d, "copy");
+        char cmd[1200];
+        snprintf(cmd, sizeof cmd, "rm -f '%s'/*.safetensors '%s'/*.index.json", d, d);
+        REQUIRE(system(cmd) == 0, "rm weights");
+        rp_convert_params p = rp_convert_default_params();
+        p.dir = dir;
+        rp_conv *a, *b;
+        REQUIRE(rp_conv_open(&p, &a) == RP_OK, "%s", rp_last_error());
+        p.dir = d;
+        rp_status s = rp_conv_open(&p, &b);
+        CHECK(s == RP_ERR_IO, "%s: no weights without shapes_from_config: %s", d, rp_last_error());
+        p.shapes_from_config = true;
+        s = rp_conv_open(&p, &b);
+        CHECK(s == RP_OK, "%s: %s", d, rp_last_error());
+        if (s) {
+            rp_conv_free(a);
+            continue;
+        }
+        CHECK(rp_conv_from_shapes(b) && rp_conv_n_out(a) == rp_conv_n_out(b),
+              "%s: %zu vs %zu tensors", g_fix[f].name, rp_conv_n_out(a), rp_conv_n_out(b));
+        for (size_t i = 0; i < rp_conv_n_out(a) && i < rp_conv_n_out(b); i++) {
+            const rp_conv_out *x = rp_conv_out_at(a, i), *y = rp_conv_out_at(b, i);
+            bool same = !strcmp(x->name, y->name) && x->type == y->type && x->n_dims == y->n_dims &&
+                        !memcmp(x->ne, y->ne, sizeof x->ne);
+            CHECK(same, "%s: tensor %zu: %s vs %s", g_fix[f].name, i, x->name, y->name);
+            if (!same) break;
+        }
+        CHECK(rp_conv_file_size(a) == rp_conv_file_size(b), "%s: same file size", g_fix[f].name);
+        CHECK(rp_conv_write(b, test_tmp("never.gguf"), NULL, NULL) == RP_ERR_INVALID_ARG,
+              "a shape plan is not written");
+        rp_conv_free(a);
+        rp_conv_free(b);
+    }
+}
+
+/* Older config.json layouts (rope_theta + rope_scaling, rope_local_base_freq,
+ * sliding_window_pattern) convert to the same file as transformers 5's. */
+static bool same_gguf(const char *pa, const char *pb, char *why, size_t n) {
+    rp_gguf *a, *b;
+    if (rp_gguf_open(pa, &a)) return snprintf(why, n, "%s", rp_last_error()), false;
+    if (rp_gguf_open(pb, &b))
+        return rp_gguf_close(a), snprintf(why, n, "%s", rp_last_error()), false;
+    bool ok = rp_gguf_n_kv(a) == rp_gguf_n_kv(b) && rp_gguf_n_tensors(a) == rp_gguf_n_tensors(b);
+    if (!ok)
+        snprintf(why, n, "%llu/%llu keys, %llu/%llu tensors", (unsigned long long)rp_gguf_n_kv(a),
+                 (unsigned long long)rp_gguf_n_kv(b), (unsigned long long)rp_gguf_n_tensors(a),
+                 (unsigned long long)rp_gguf_n_tensors(b));
+    for (uint64_t i = 0; ok && i < rp_gguf_n_kv(a); i++) {
+        const rp_gguf_kv *x = rp_gguf_kv_at(a, i);
+        const rp_gguf_val *y = rp_gguf_get(b, x->key);
+        if (!strcmp(x->key, "general.name")) continue;
+        ok = y && y->type == x->val.type &&
+             (x->val.type == RP_GGUF_ARRAY || x->val.type == RP_GGUF_STRING
+                  ? true
+                  : (x->val.type == RP_GGUF_FLOAT32 ? x->val.f == y->f : x->val.u == y->u));
+        if (!ok) snprintf(why, n, "key %s differs", x->key);
+    }
+    for (uint64_t i = 0; ok && i < rp_gguf_n_tensors(a); i++) {
+        const rp_gguf_tensor *x = rp_gguf_tensor_at(a, i), *y = rp_gguf_find_tensor(b, x->name);
+        ok = y && x->type == y->type && x->nbytes == y->nbytes &&
+             !memcmp(x->data, y->data, (size_t)x->nbytes);
+        if (!ok) snprintf(why, n, "tensor %s differs", x->name);
+    }
+    rp_gguf_close(a);
+    rp_gguf_close(b);
+    return ok;
+}
+
+void test_convert_old_config_layout(void) {
+    char why[300];
+    const char *d = copy_fixture("llama", "old-llama");
+    REQUIRE(
+        d && edit_config(d, "rope_parameters", NULL) && edit_config(d, "rope_theta", "10000.0") &&
+            edit_config(d, "rope_scaling",
+                        "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, "
+                        "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 64}"),
+        "edit");
+    const char *a = test_tmp("layout-new.gguf"), *b = test_tmp("layout-old.gguf");
+    REQUIRE(convert_to(FIX "/llama", RP_TYPE_F32, a) == RP_OK &&
+                convert_to(d, RP_TYPE_F32, b) == RP_OK,
+            "%s", rp_last_error());
+    CHECK(same_gguf(a, b, why, sizeof why), "llama: %s", why);
+    d = copy_fixture("gemma3", "old-gemma3");
+    REQUIRE(d && edit_config(d, "rope_parameters", NULL) && edit_config(d, "layer_types", NULL) &&
+                edit_config(d, "_sliding_window_pattern", NULL) &&
+                edit_config(d, "sliding_window_pattern", "6") &&
+                edit_config(d, "rope_theta", "1000000.0") &&
+                edit_config(d, "rope_local_base_freq", "10000.0"),
+            "edit");
+    REQUIRE(convert_to(FIX "/gemma3", RP_TYPE_F32, a) == RP_OK &&
+                convert_to(d, RP_TYPE_F32, b) == RP_OK,
+            "%s", rp_last_error());
+    CHECK(same_gguf(a, b, why, sizeof why), "gemma3: %s", why);
+    /* a pattern that is not five local + one global is written per layer */
+    REQUIRE(edit_config(d, "sliding_window_pattern", "2"), "edit");
+    REQUIRE(convert_to(d, RP_TYPE_F32, b) == RP_OK, "%s", rp_last_error());
+    rp_gguf *g;
+    REQUIRE(rp_gguf_open(b, &g) == RP_OK, "%s", rp_last_error());
+    const rp_gguf_val *v = rp_gguf_get(g, "gemma3.attention.sliding_window_pattern");
+    CHECK(v && v->type == RP_GGUF_ARRAY && v->arr.type == RP_GGUF_BOOL && v->arr.n == 6 &&
+              v->arr.raw[0] == 1 && v->arr.raw[1] == 0 && v->arr.raw[4] == 1 && v->arr.raw[5] == 0,
+          "per-layer pattern");
+    rp_gguf_close(g);
+}
+
+/* Written atomically: a failed write leaves nothing, and the planned size is
+ * the file's size. */
+void test_convert_write_size(void) {
+    rp_convert_params p = rp_convert_default_params();
+    p.dir = FIX "/qwen2";
+    rp_conv *cv;
+    REQUIRE(rp_conv_open(&p, &cv) == RP_OK, "%s", rp_last_error());
+    const char *out = test_tmp("size.gguf");
+    REQUIRE(rp_conv_write(cv, out, NULL, NULL) == RP_OK, "%s", rp_last_error());
+    struct stat sb;
+    CHECK(stat(out, &sb) == 0 && (uint64_t)sb.st_size == rp_conv_file_size(cv),
+          "size %lld vs planned %llu", (long long)sb.st_size,
+          (unsigned long long)rp_conv_file_size(cv));
+    CHECK(rp_conv_write(cv, "/nonexistent-dir/x.gguf", NULL, NULL) == RP_ERR_IO,
+          "write into a missing directory");
+    rp_conv_free(cv);
 }
