@@ -226,9 +226,13 @@ static rp_status grow(void **p, size_t *cap, size_t need, size_t elem, const cha
     return RP_OK;
 }
 
-rp_status rp_decode(rp_context *c, const rp_batch *b) {
+/* rp_decode over plan steps [begin, end) (end 0: the last step); see
+ * rp_decode_steps. */
+static rp_status decode(rp_context *c, const rp_batch *b, int begin, int end, const float *x_in,
+                        float *x_out) {
     if (!b || b->n_tokens < 1 || !b->token) return rp_fail(RP_ERR_INVALID_ARG, "decode: empty batch");
     const rp_model *m = c->model;
+    const bool partial = end > 0 && end < c->plan->n_eff;
     const int n = b->n_tokens;
     const int nv = m->hp.n_vocab, ne = m->hp.n_embd;
     /* validate and resolve positions before touching any state */
@@ -268,7 +272,7 @@ rp_status rp_decode(rp_context *c, const rp_batch *b) {
         next[sq]++;
         pos[i] = p;
         seq[i] = sq;
-        bool want = b->logits ? b->logits[i] != 0 : i == n - 1;
+        bool want = !partial && (b->logits ? b->logits[i] != 0 : i == n - 1);
         if (want) n_out++;
     }
     if ((s = grow((void **)&c->logits, &c->out_cap, (size_t)(n_out ? n_out : 1) * (size_t)nv, sizeof(float),
@@ -286,7 +290,7 @@ rp_status rp_decode(rp_context *c, const rp_batch *b) {
     c->n_batch_last = n;
     int k = 0;
     for (int i = 0; i < n; i++) {
-        bool want = b->logits ? b->logits[i] != 0 : i == n - 1;
+        bool want = !partial && (b->logits ? b->logits[i] != 0 : i == n - 1);
         c->out_index[i] = want ? k++ : -1;
     }
     /* micro-batches of n_ubatch tokens */
@@ -305,6 +309,10 @@ rp_status rp_decode(rp_context *c, const rp_batch *b) {
             .out_rows = rows,
             .logits = c->logits + (size_t)out_base * (size_t)nv,
             .hidden = c->params.keep_hidden ? c->hidden + (size_t)out_base * (size_t)ne : NULL,
+            .step_begin = begin,
+            .step_end = end,
+            .x_in = x_in ? x_in + (size_t)u0 * (size_t)ne : NULL,
+            .x_out = x_out ? x_out + (size_t)u0 * (size_t)ne : NULL,
         };
         if ((s = m->arch->forward(c, &ub))) goto done;
         for (int i = 0; i < un; i++) c->state.seq_len[seq[u0 + i]] = pos[u0 + i] + 1;
@@ -316,6 +324,29 @@ done:
     free(next);
     free(rows);
     return s;
+}
+
+rp_status rp_decode(rp_context *c, const rp_batch *b) { return decode(c, b, 0, 0, NULL, NULL); }
+
+rp_status rp_decode_steps(rp_context *c, const rp_batch *b, int begin, int end, const float *x_in,
+                          float *x_out) {
+    const int n_eff = c->plan->n_eff;
+    if (!c->model->arch->step_ranges)
+        return rp_fail(RP_ERR_UNSUPPORTED, "decode from step %d: the %s forward pass runs whole plans only", begin,
+                       c->model->arch->name);
+    if (begin < 0 || end <= begin || end > n_eff)
+        return rp_fail(RP_ERR_INVALID_ARG, "decode steps [%d, %d): outside the plan's %d steps or empty", begin, end,
+                       n_eff);
+    if ((begin > 0) != (x_in != NULL))
+        return rp_fail(RP_ERR_INVALID_ARG, "decode steps [%d, %d): %s", begin, end,
+                       begin > 0 ? "a range that skips the first step needs its input hidden states"
+                                 : "a range from step 0 starts from the tokens, not from hidden states");
+    if ((end < n_eff) != (x_out != NULL))
+        return rp_fail(RP_ERR_INVALID_ARG, "decode steps [%d, %d): %s", begin, end,
+                       end < n_eff ? "a range that stops before the last step needs a destination for its hidden "
+                                     "states"
+                                   : "a range through the last step produces logits, not hidden states");
+    return decode(c, b, begin, end, x_in, x_out);
 }
 
 const float *rp_get_logits(const rp_context *c, int i) {

@@ -20,6 +20,14 @@ typedef struct rp_ubatch {
     const int32_t *out_rows; /* [n_out] ascending row indices */
     float *logits;         /* [n_out][n_vocab] destination */
     float *hidden;         /* [n_out][n_embd] destination of the final hidden state, or NULL */
+    /* Plan steps run: [step_begin, step_end) (both 0: every step; see
+     * rp_decode_steps). step_begin > 0 starts from x_in instead of the
+     * embeddings; step_end < n_eff stops there, writes the residual stream to
+     * x_out and produces no output rows (n_out is 0). Only forwards of
+     * architectures with rp_arch.step_ranges read these fields. */
+    int step_begin, step_end;
+    const float *x_in; /* [n_tok][n_embd] residual stream entering step step_begin */
+    float *x_out;      /* [n_tok][n_embd] residual stream after step step_end - 1 */
 } rp_ubatch;
 
 struct rp_context {
@@ -41,6 +49,23 @@ struct rp_context {
     size_t attn_scratch_per_thread;
     void *arch_ctx;
 };
+
+/* Decodes a batch through plan steps [begin, end) only: the prefix reuse of
+ * reprise scan (a plan whose first steps equal another plan's runs them once).
+ *   - begin == 0 starts from the token embeddings (x_in must be NULL); begin > 0
+ *     takes x_in ([n_tokens][n_embd], batch row order) as the residual stream
+ *     entering step begin.
+ *   - end == n_eff produces the batch's logits as rp_decode does (x_out must be
+ *     NULL); end < n_eff writes the residual stream after step end-1 to x_out
+ *     (same layout; x_out may equal x_in) and no logits.
+ * Steps outside the range are not run: their KV / recurrent state is neither
+ * read nor written. A step inside the range attends to its own cells of the
+ * earlier positions, so those must come from calls whose range covered it (a
+ * caller that changes ranges on a sequence clears it first). Sequence lengths
+ * advance as in rp_decode. Architectures whose forward does not honour ranges
+ * (rp_arch.step_ranges false) are refused with RP_ERR_UNSUPPORTED. */
+rp_status rp_decode_steps(rp_context *c, const rp_batch *b, int begin, int end, const float *x_in,
+                          float *x_out);
 
 /* Shared tail of every forward: final norm of the output rows of x
  * ([n_tok][n_embd], rows selected by ub->out_rows unless already compacted),

@@ -19,6 +19,7 @@ static const command g_commands[] = {
     {"synth", cmd_synth, "write a deterministic random-weight model"},
     {"convert", cmd_convert, "convert a Hugging Face checkpoint (safetensors) to GGUF"},
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server (continuous batching over N slots)"},
+    {"scan", cmd_scan, "evaluate every repeat block (i,j): CSV, heatmap, Pareto list"},
     {"quantize", cmd_quantize, "quantize a model: llama.cpp types and mixtures (Q4_K_M, ...)"},
     {"bench", cmd_bench, "prompt and generation speed (llama-bench style table)"},
     {"merge", cmd_merge, "write a plan as a physically merged GGUF file"},

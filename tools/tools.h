@@ -118,5 +118,6 @@ int cmd_quantize(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_gguf_copy(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_scan(int argc, char **argv);
 
 #endif

@@ -22,6 +22,8 @@ struct rp_arch {
     void (*ctx_free)(rp_context *c);
     /* Run every plan step over one micro-batch and write its outputs. */
     rp_status (*forward)(rp_context *c, const rp_ubatch *ub);
+    /* forward honours rp_ubatch.step_begin/step_end/x_in/x_out (rp_decode_steps) */
+    bool step_ranges;
     /* Optional: metadata a physically merged file of this plan needs beyond
      * block_count (explicit per-layer arrays). */
     rp_status (*merge_meta)(const rp_model *m, const rp_plan *plan, rp_gguf_writer *w);

@@ -122,9 +122,12 @@ rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
     dense_ctx *d = c->arch_ctx;
     const int E = hp->n_embd;
     int n = ub->n_tok;
+    /* steps [e_begin, e_end): the whole plan unless rp_decode_steps asked for a range */
+    const int e_begin = ub->step_begin, e_end = ub->step_end ? ub->step_end : plan->n_eff;
 
-    /* embeddings */
-    for (int t = 0; t < n; t++) {
+    /* embeddings, or the residual stream entering step e_begin */
+    if (e_begin > 0) memcpy(d->x, ub->x_in, (size_t)n * (size_t)E * sizeof(float));
+    for (int t = 0; t < n && e_begin == 0; t++) {
         float *xr = d->x + (size_t)t * (size_t)E;
         if (ub->embd)
             memcpy(xr, ub->embd + (size_t)t * (size_t)E, (size_t)E * sizeof(float));
@@ -136,7 +139,7 @@ rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
     for (int r = 0; r < hp->n_rope_sets; r++) rp_rope_cache(d->rope[r], ub->pos, n, &hp->rope[r]);
 
     bool compacted = false;
-    for (int e = 0; e < plan->n_eff; e++) {
+    for (int e = e_begin; e < e_end; e++) {
         const int src = plan->src[e];
         const rp_layer *L = &m->layers[src];
         const rp_layer_info *li = &m->info[src];
@@ -215,6 +218,10 @@ rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
         rp_matmul(&c->cc, L->ffn_down, d->gate, n, d->tmp);
         if (L->ffn_post_norm) rp_rmsnorm(d->tmp, d->tmp, L->ffn_post_norm->data, E, n, hp->eps);
         for (int t = 0; t < n; t++) rp_add(d->x + (size_t)t * (size_t)E, d->tmp + (size_t)t * (size_t)E, E);
+    }
+    if (e_end < plan->n_eff) {
+        memcpy(ub->x_out, d->x, (size_t)n * (size_t)E * sizeof(float));
+        return RP_OK;
     }
     rp_forward_output(c, ub, d->x, compacted, d->xn);
     return RP_OK;

@@ -256,6 +256,7 @@ static rp_status synth_gemma3(rp_synth *s, const rp_synth_params *p) {
                          .ctx_init = rp_dense_ctx_init,                                            \
                          .ctx_free = rp_dense_ctx_free,                                            \
                          .forward = rp_dense_forward,                                              \
+                         .step_ranges = true,                                                      \
                          .merge_meta = merge_meta_gemma,                                           \
                          .synth = synthfn}
 

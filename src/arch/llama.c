@@ -74,6 +74,7 @@ static void unload_static(rp_model *m) { m->arch_data = NULL; }
                          .ctx_init = rp_dense_ctx_init,                                            \
                          .ctx_free = rp_dense_ctx_free,                                            \
                          .forward = rp_dense_forward,                                              \
+                         .step_ranges = true,                                                      \
                          .synth = synthfn}
 
 DENSE_ARCH(rp_arch_llama, "llama", load_llama, synth_llama);
