@@ -267,7 +267,7 @@ rp_status rp_conv_decoder_params(rp_conv *cv, bool tied_default) {
     rp_status s;
     bool found;
     int64_t ctx = 0;
-    if ((s = first_int(cv, k_layer, true, 1, 65536, &hp->n_layer, &found))) return s;
+    if ((s = first_int(cv, k_layer, true, 1, 1024, &hp->n_layer, &found))) return s;
     if ((s = rp_conv_set_u32(cv, "block_count", (uint32_t)hp->n_layer))) return s;
     if ((s = first_int(cv, k_ctx, false, 1, UINT32_MAX, &ctx, &found))) return s;
     if (found && (s = rp_conv_set_u32(cv, "context_length", (uint32_t)ctx))) return s;

@@ -47,3 +47,13 @@ mkdir -p "$T/bert" && echo '{"architectures": ["BertModel"]}' > "$T/bert/config.
 expect_error convert_unsupported_arch "BertModel" "$BIN" convert "$T/bert" -o "$T/x.gguf"
 expect_error convert_unwritable "$T/no/such/dir" "$BIN" convert "$F/qwen2" -o "$T/no/such/dir/x.gguf"
 [ ! -e "$T/no/such/dir/x.gguf" ] && [ ! -e "$T/x.gguf" ] && ok convert_nothing_left || fail convert_nothing_left "output exists"
+
+# --vocab-only: metadata and tokenizer, no tensors; the vocabulary works
+"$BIN" convert "$F/gemma3" --vocab-only -o "$T/v.gguf" -q && "$BIN" inspect "$T/v.gguf" > "$T/iv" 2>&1 \
+    && grep -q '^  tokenizer.ggml.model *str *"llama"' "$T/iv" && ! grep -q "blk.0" "$T/iv" \
+    && [ "$("$BIN" tokenize -m "$T/v.gguf" -p "Hello world" 2>/dev/null | cut -d' ' -f1)" = 2 ] \
+    && ok convert_vocab_only || fail convert_vocab_only "$(head -c 300 "$T/iv")"
+
+# a truncated shard is refused with the file, the tensor and a byte offset
+mkdir -p "$T/trunc" && cp "$F/qwen3"/*.json "$T/trunc/" && head -c 3000 "$F/qwen3/model.safetensors" > "$T/trunc/model.safetensors"
+expect_error convert_truncated_shard "model.safetensors: tensor '.*' at byte offset" "$BIN" convert "$T/trunc" -o "$T/x.gguf"

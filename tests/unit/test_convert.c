@@ -334,6 +334,12 @@ void test_convert_qwen_keys(void) {
     CHECK(!rp_gguf_get(g, "qwen2.attention.key_length") && !rp_gguf_get(g, "qwen2.vocab_size"),
           "no keys llama.cpp does not write for qwen2");
     rp_gguf_close(g);
+    g = open_converted("qwen2", -1, "keys-qwen2-auto.gguf");
+    REQUIRE(g, "%s", rp_last_error());
+    CHECK(key_u32(g, "general.file_type") == 32 &&
+              tensor_type(g, "blk.0.attn_q.weight") == RP_TYPE_BF16,
+          "--outtype auto keeps a BF16 checkpoint BF16");
+    rp_gguf_close(g);
     g = open_converted("qwen3", RP_TYPE_F32, "keys-qwen3.gguf");
     REQUIRE(g, "%s", rp_last_error());
     CHECK(key_u32(g, "qwen3.attention.key_length") == 32 &&
