@@ -318,15 +318,17 @@ def main():
     build("gemma3", Gemma3ForCausalLM, gemma3, gemma_tok, seed=4, save_dtype=torch.float16, gemma_norms=True,
           add_bos=True, ggml_act=True)
 
+    # README.md: this script's paragraph (other fixture scripts add their own)
     readme = OUT / "README.md"
-    readme.write_text(
-        "# Tiny Hugging Face checkpoints\n\n"
-        "Made by `tests/reference/make_hf_fixtures.py` (random weights, fixed seeds) with "
-        f"torch {torch.__version__}, transformers {transformers.__version__}, tokenizers "
-        f"{tokenizers.__version__}, numpy {np.__version__}. Tokenizers trained on the first 200,000 "
-        "characters of `../shared/text/war-and-peace.txt` (public domain). See the script for what "
-        "each directory exercises and what `ref/` holds.\n", encoding="utf-8")
-
+    mine = ("Made by `tests/reference/make_hf_fixtures.py` (random weights, fixed seeds) with "
+            f"torch {torch.__version__}, transformers {transformers.__version__}, tokenizers "
+            f"{tokenizers.__version__}, numpy {np.__version__}. Tokenizers trained on the first 200,000 "
+            "characters of `../shared/text/war-and-peace.txt` (public domain). See the script for what "
+            "each directory exercises and what `ref/` holds.")
+    lines = readme.read_text(encoding="utf-8").split("\n") if readme.is_file() else \
+        ["# Tiny Hugging Face checkpoints", "", mine, ""]
+    lines = [mine if l.startswith("Made by `tests/reference/make_hf_fixtures.py`") else l for l in lines]
+    readme.write_text("\n".join(lines), encoding="utf-8")
 
 if __name__ == "__main__":
     main()
