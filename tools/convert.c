@@ -63,18 +63,18 @@ int cmd_convert(int argc, char **argv) {
     const arg_opt *tables[] = {opts, NULL};
     const char *pos[1];
     int n_pos = 0;
+    char about[1024];
+    snprintf(about, sizeof about,
+             "Converts a Hugging Face checkpoint (config.json, *.safetensors, tokenizer.json) to "
+             "GGUF with\n"
+             "the names, keys and layouts llama.cpp's converter writes. 1-D tensors stay F32; q8_0 "
+             "falls\n"
+             "back to f16 for rows that are not a multiple of 32. Architectures:\n  %s",
+             rp_conv_arch_list());
     arg_spec spec = {
-        cmd,
-        "reprise convert HF_DIR -o OUT.gguf [--outtype f32|f16|bf16|q8_0|auto] [--dry-run]",
-        "Converts a Hugging Face checkpoint (config.json, *.safetensors, tokenizer.json) to GGUF "
-        "with\n"
-        "the names, keys and layouts llama.cpp's converter writes. Architectures: "
-        "LlamaForCausalLM,\nQwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM. 1-D tensors "
-        "stay F32; "
-        "q8_0 falls back\nto f16 for rows that are not a multiple of 32.",
-        tables,
-        pos,
-        1,
+        cmd,   "reprise convert HF_DIR -o OUT.gguf [--outtype f32|f16|bf16|q8_0|auto] [--dry-run]",
+        about, tables,
+        pos,   1,
         &n_pos};
     bool help;
     if (!args_parse(&spec, argc, argv, &help)) return help ? 0 : 2;
