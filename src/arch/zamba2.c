@@ -619,16 +619,20 @@ static rp_status z2_forward(rp_context *c, const rp_ubatch *ub) {
     const rp_plan *plan = c->plan;
     z2_ctx *d = c->arch_ctx;
     const int E = hp->n_embd, n = ub->n_tok;
+    /* steps [e_begin, e_end): the whole plan unless rp_decode_steps asked for a range */
+    const int e_begin = ub->step_begin, e_end = ub->step_end ? ub->step_end : plan->n_eff;
+    /* the token embeddings e feed every hybrid step, so they are looked up
+     * even when the residual stream enters mid-plan */
     for (int t = 0; t < n; t++) {
-        float *xr = d->x + (size_t)t * (size_t)E;
+        float *er = d->emb + (size_t)t * (size_t)E;
         if (ub->embd)
-            memcpy(xr, ub->embd + (size_t)t * (size_t)E, (size_t)E * sizeof(float));
+            memcpy(er, ub->embd + (size_t)t * (size_t)E, (size_t)E * sizeof(float));
         else
-            rp_tensor_get_row(m->tok_embd, ub->token[t], xr);
+            rp_tensor_get_row(m->tok_embd, ub->token[t], er);
     }
-    memcpy(d->emb, d->x, (size_t)n * (size_t)E * sizeof(float));
+    memcpy(d->x, e_begin > 0 ? ub->x_in : d->emb, (size_t)n * (size_t)E * sizeof(float));
     if (hp->rope[0].n_rot > 0) rp_rope_cache(d->rope, ub->pos, n, &hp->rope[0]);
-    for (int e = 0; e < plan->n_eff; e++) {
+    for (int e = e_begin; e < e_end; e++) {
         const int src = plan->src[e];
         const rp_layer *L = &m->layers[src];
         const z2_layer *Z = L->ext;
@@ -641,6 +645,10 @@ static rp_status z2_forward(rp_context *c, const rp_ubatch *ub) {
         rp_rmsnorm(d->u, in, Z->norm->data, E, n, hp->eps);
         mamba(c, d, ub, e, Z);
         for (int i = 0; i < n * E; i++) d->x[i] += d->o[i];
+    }
+    if (e_end < plan->n_eff) {
+        memcpy(ub->x_out, d->x, (size_t)n * (size_t)E * sizeof(float));
+        return RP_OK;
     }
     rp_forward_output(c, ub, d->x, false, d->u);
     return RP_OK;
@@ -811,6 +819,7 @@ const rp_arch rp_arch_zamba2 = {
     .ctx_init = z2_ctx_init,
     .ctx_free = z2_ctx_free,
     .forward = z2_forward,
+    .step_ranges = true,
     .merge_meta = merge_meta_zamba2,
     .synth = synth_zamba2,
 };

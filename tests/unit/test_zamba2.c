@@ -195,6 +195,26 @@ void test_zamba2_plans(void) {
     REQUIRE(open_ctx(m, NULL, "0..5,4..8", 32, 1, 1, &cs) && run_chunks(cs, t, N, N, got), "map");
     CHECK(!memcmp(ref, got, (size_t)N * NV * sizeof(float)),
           "--layer-map 0..5,4..8 differs from --repeat-layers 4,6");
+    /* step ranges (reprise scan's prefix reuse): the identity's steps 0..5
+     * are the plan's, so the plan from step 6 on continues them; the token
+     * embeddings reach every hybrid step also when the stream enters mid-plan */
+    rp_context *id = NULL;
+    float *h = malloc((size_t)N * 64 * sizeof(float));
+    REQUIRE(h && open_ctx(m, NULL, NULL, 32, 1, 1, &id), "ctx");
+    int8_t all[N];
+    memset(all, 1, sizeof all);
+    rp_batch bt = {.n_tokens = N, .token = t, .logits = all};
+    CHECK(rp_decode_steps(id, &bt, 0, 3, NULL, h) == RP_OK, "%s", rp_last_error());
+    rp_kv_clear(id);
+    CHECK(rp_decode_steps(id, &bt, 3, 6, h, h) == RP_OK, "%s", rp_last_error());
+    rp_kv_clear(cs);
+    CHECK(rp_decode_steps(cs, &bt, 6, 11, h, NULL) == RP_OK, "%s", rp_last_error());
+    bool same = true;
+    for (int i = 0; i < N; i++)
+        same &= !memcmp(rp_get_logits(cs, i), ref + (size_t)i * NV, NV * sizeof(float));
+    CHECK(same, "plan 4,6 from the identity's steps [0,3)+[3,6) differs from the whole plan");
+    rp_context_free(id);
+    free(h);
     printf("     plan 4,6: 11 steps, batch vs sequential %.2e, state %llu vs %llu bytes\n", d,
            (unsigned long long)rp_context_state_bytes(c), (unsigned long long)id_bytes);
     rp_context_free(cs);
