@@ -201,7 +201,10 @@ rp_status rp_heatmap_draw(const rp_heatmap *h, rp_canvas *out) {
         const rp_scan_row *row = &h->rows[order[k].idx];
         if (row->i < h->start || row->j > h->end) continue;
         const int x = gx + (row->j - h->start - 1) * cell, y = gy + (row->i - h->start) * cell;
-        rp_canvas_frame(out, x - 1, y - 1, cell + 3, cell + 3, RP_MAX(2, cell / 12), INK);
+        /* black outside, white inside: visible on the darkest blue and red */
+        const int t = RP_MAX(2, cell / 12);
+        rp_canvas_frame(out, x - 1, y - 1, cell + 3, cell + 3, t, INK);
+        rp_canvas_frame(out, x - 1 + t, y - 1 + t, cell + 3 - 2 * t, cell + 3 - 2 * t, 1, WHITE);
         snprintf(buf, sizeof buf, "%d", k + 1);
         const rp_rgb col = rp_heatmap_colour(row->delta, h->sign, good_max, bad_max);
         const int ts = cell >= 24 ? 2 : 1;
@@ -271,7 +274,7 @@ rp_status rp_heatmap_draw(const rp_heatmap *h, rp_canvas *out) {
         const rp_scan_row *row = &h->rows[order[k].idx];
         char v[32];
         long_value(v, sizeof v, row->delta);
-        snprintf(buf, sizeof buf, "%d. %d,%d +%d %s", k + 1, row->i, row->j, row->extra, v);
+        snprintf(buf, sizeof buf, "%d. %d,%d (+%d) %s", k + 1, row->i, row->j, row->extra, v);
         rp_canvas_text(out, panel_x, py, buf, S, INK);
     }
     py += lh / 2;

@@ -322,6 +322,11 @@ int cmd_scan(int argc, char **argv) {
         }
         resumed = true;
     }
+    /* the file now: a path that cannot be written fails before any work */
+    if ((s = rp_scan_csv_write(out, &csv))) {
+        tool_fail(cmd, s);
+        goto out;
+    }
     int n_todo = 0;
     for (int b = 0; b < n_blocks; b++) n_todo += !rp_scan_csv_find(&csv, blocks[b].i, blocks[b].j);
     if (g_verbosity > 0) {
@@ -543,7 +548,7 @@ int cmd_scan(int argc, char **argv) {
                 printf("  %+.6f%s\n", r->delta, front[e] ? " *" : "");
             }
         }
-        /* the heatmap */
+        /* the heatmap (not for a scan stopped before its first block) */
         char title[200], note[256];
         snprintf(title, sizeof title, "reprise scan: %s (%d layers), %s", base_name(mo.model),
                  n_layer,
@@ -574,8 +579,10 @@ int cmd_scan(int argc, char **argv) {
             .n_best = n_best,
         };
         rp_canvas cv;
-        s = rp_heatmap_draw(&hm, &cv);
-        if (!s) s = rp_canvas_write_png(&cv, png_path);
+        memset(&cv, 0, sizeof cv);
+        s = RP_OK;
+        if (n_rows || !interrupted) s = rp_heatmap_draw(&hm, &cv);
+        if (!s && cv.px) s = rp_canvas_write_png(&cv, png_path);
         rp_canvas_free(&cv);
         free(rows);
         free(best);
