@@ -1,5 +1,5 @@
 #include "ops_delta.h"
-#include "kernels/kernels.h"
+#include "cpu.h"
 #include "threads.h"
 #include "util.h"
 
@@ -12,11 +12,26 @@ static inline float silu(float x) {
 
 /* ---- causal conv1d + SiLU ------------------------------------------------ */
 
+void rp_conv_token_ref(float *x, float *h, const float *w, int k, int channels, long c0, long c1) {
+    const size_t ch = (size_t)channels;
+    for (long c = c0; c < c1; c++) {
+        const float xc = x[c];
+        float acc = w[(size_t)(k - 1) * ch + (size_t)c] * xc;
+        for (int i = 0; i < k - 1; i++)
+            acc += w[(size_t)i * ch + (size_t)c] * h[(size_t)i * ch + (size_t)c];
+        for (int i = 0; i + 1 < k - 1; i++)
+            h[(size_t)i * ch + (size_t)c] = h[(size_t)(i + 1) * ch + (size_t)c];
+        if (k > 1) h[(size_t)(k - 2) * ch + (size_t)c] = xc;
+        x[c] = silu(acc);
+    }
+}
+
 typedef struct conv_job {
     float *x;
     int n_tok, stride, channels, k;
     const float *w;
     float *const *st;
+    rp_conv_token_fn fn;
 } conv_job;
 
 /* Channels are independent: each thread owns a channel range and scans every
@@ -25,28 +40,21 @@ static void conv_task(void *arg, int ith, int nth) {
     const conv_job *j = arg;
     long c0, c1;
     rp_split_range(j->channels, ith, nth, 16, &c0, &c1);
-    const int k = j->k, ch = j->channels;
-    for (int t = 0; t < j->n_tok; t++) {
-        float *x = j->x + (size_t)t * (size_t)j->stride;
-        float *h = j->st[t]; /* [k-1][channels], oldest first */
-        for (long c = c0; c < c1; c++) {
-            const float *w = j->w + (size_t)c * (size_t)k;
-            const float xc = x[c];
-            float acc = 0.0f;
-            for (int i = 0; i < k - 1; i++) acc += w[i] * h[(size_t)i * (size_t)ch + (size_t)c];
-            acc += w[k - 1] * xc;
-            for (int i = 0; i + 1 < k - 1; i++)
-                h[(size_t)i * (size_t)ch + (size_t)c] = h[(size_t)(i + 1) * (size_t)ch + (size_t)c];
-            if (k > 1) h[(size_t)(k - 2) * (size_t)ch + (size_t)c] = xc;
-            x[c] = silu(acc);
-        }
-    }
+    if (c0 >= c1) return;
+    for (int t = 0; t < j->n_tok; t++)
+        j->fn(j->x + (size_t)t * (size_t)j->stride, j->st[t], j->w, j->k, j->channels, c0, c1);
+}
+
+void rp_conv1d_silu_isa(rp_compute *cc, float *x, int n_tok, int stride, int channels,
+                        const float *w, int k, float *const *st, int isa) {
+    conv_job j = {x, n_tok, stride, channels,
+                  k, w,     st,     isa >= RP_ISA_AVX2 ? rp_conv_token_avx2 : rp_conv_token_ref};
+    rp_pool_run(cc->pool, conv_task, &j);
 }
 
 void rp_conv1d_silu(rp_compute *cc, float *x, int n_tok, int stride, int channels, const float *w,
                     int k, float *const *st) {
-    conv_job j = {x, n_tok, stride, channels, k, w, st};
-    rp_pool_run(cc->pool, conv_task, &j);
+    rp_conv1d_silu_isa(cc, x, n_tok, stride, channels, w, k, st, (int)rp_cpu_isa());
 }
 
 /* ---- norms and gates ----------------------------------------------------- */
@@ -91,38 +99,57 @@ void rp_rmsnorm_gated(float *o, const float *w, const float *z, int head_dim, in
 
 #define DELTA_MAX_D RP_DELTA_MAX_D
 
+void rp_delta_token_ref(float *S, int d, float decay, float beta, const float *q, const float *k,
+                        const float *v, float scale, float *o, float *delta) {
+    /* what the decayed state predicts for k, and the correction along it */
+    for (int j = 0; j < d; j++) {
+        const float *row = S + (size_t)j * (size_t)d;
+        float sk = 0.0f;
+        for (int i = 0; i < d; i++) sk += row[i] * k[i];
+        delta[j] = (v[j] - decay * sk) * beta;
+    }
+    /* decay, write the correction, read with q: one sweep */
+    for (int j = 0; j < d; j++) {
+        float *row = S + (size_t)j * (size_t)d;
+        float oj = 0.0f;
+        for (int i = 0; i < d; i++) {
+            row[i] = row[i] * decay + delta[j] * k[i];
+            oj += row[i] * q[i];
+        }
+        o[j] = oj * scale;
+    }
+}
+
+typedef struct delta_job {
+    const rp_delta_args *a;
+    rp_delta_token_fn fn;
+} delta_job;
+
 static void delta_task(void *arg, int ith, int nth) {
-    const rp_delta_args *a = arg;
-    const rp_kernels *kn = rp_kern();
+    const delta_job *j = arg;
+    const rp_delta_args *a = j->a;
     const int d = a->d, hv = a->n_head_v;
     float delta[DELTA_MAX_D];
     for (int h = ith; h < hv; h += nth) {
         const int hk = h % a->n_head_k;
         for (int t = 0; t < a->n_tok; t++) {
-            float *S = a->state[t] + (size_t)h * (size_t)d * (size_t)d;
-            const float *q = a->q + (size_t)t * (size_t)a->qk_stride + (size_t)hk * (size_t)d;
-            const float *k = a->k + (size_t)t * (size_t)a->qk_stride + (size_t)hk * (size_t)d;
-            const float *v = a->v + (size_t)t * (size_t)a->v_stride + (size_t)h * (size_t)d;
-            float *o = a->out + (size_t)t * (size_t)a->out_stride + (size_t)h * (size_t)d;
-            const float decay = expf(a->g[(size_t)t * (size_t)hv + (size_t)h]);
-            const float b = a->beta[(size_t)t * (size_t)hv + (size_t)h];
-            /* decay the state, then read what it predicts for k */
-            for (int j = 0; j < d; j++) {
-                float *row = S + (size_t)j * (size_t)d;
-                for (int i = 0; i < d; i++) row[i] *= decay;
-                delta[j] = (v[j] - kn->dot_f32(d, row, k)) * b;
-            }
-            /* write the correction along k, then read with q */
-            for (int j = 0; j < d; j++) {
-                float *row = S + (size_t)j * (size_t)d;
-                kn->axpy_f32(d, delta[j], k, row);
-                o[j] = kn->dot_f32(d, row, q) * a->scale;
-            }
+            const size_t tq = (size_t)t * (size_t)a->qk_stride + (size_t)hk * (size_t)d;
+            const size_t g = (size_t)t * (size_t)hv + (size_t)h;
+            j->fn(a->state[t] + (size_t)h * (size_t)d * (size_t)d, d, expf(a->g[g]), a->beta[g],
+                  a->q + tq, a->k + tq,
+                  a->v + (size_t)t * (size_t)a->v_stride + (size_t)h * (size_t)d, a->scale,
+                  a->out + (size_t)t * (size_t)a->out_stride + (size_t)h * (size_t)d, delta);
         }
     }
 }
 
-void rp_gated_delta(rp_compute *cc, const rp_delta_args *a) {
+void rp_gated_delta_isa(rp_compute *cc, const rp_delta_args *a, int isa) {
     RP_ASSERT(a->d >= 1 && a->d <= DELTA_MAX_D && a->n_head_k >= 1);
-    rp_pool_run_n(cc->pool, RP_MIN(rp_pool_size(cc->pool), a->n_head_v), delta_task, (void *)a);
+    delta_job j = {a,
+                   isa >= RP_ISA_AVX2 && a->d % 8 == 0 ? rp_delta_token_avx2 : rp_delta_token_ref};
+    rp_pool_run_n(cc->pool, RP_MIN(rp_pool_size(cc->pool), a->n_head_v), delta_task, &j);
+}
+
+void rp_gated_delta(rp_compute *cc, const rp_delta_args *a) {
+    rp_gated_delta_isa(cc, a, (int)rp_cpu_isa());
 }

@@ -18,11 +18,12 @@
 
 /* Causal depthwise conv1d of kernel width k over `channels` channels, then
  * SiLU, in place:
- *   y[t][c] = silu( sum_{j<k-1} w[c][j] * hist[j][c] + w[c][k-1] * x[t][c] )
+ *   y[t][c] = silu( w[k-1][c] * x[t][c] + sum_{j<k-1} w[j][c] * hist[j][c] )
  * where hist is the sequence's previous k-1 raw inputs (oldest first). x is
- * [n_tok][stride] (channels at the start of each row); w is [channels][k]
- * (the GGUF ssm_conv1d layout, ne0 = k); st[t] points at the token's
- * sequence conv state, [k-1][channels], which is advanced past x[t]. */
+ * [n_tok][stride] (channels at the start of each row); w is tap-major,
+ * [k][channels] (the transpose of GGUF's ssm_conv1d [channels][k]); st[t]
+ * points at the token's sequence conv state, [k-1][channels], which is
+ * advanced past x[t]. */
 void rp_conv1d_silu(rp_compute *cc, float *x, int n_tok, int stride, int channels, const float *w,
                     int k, float *const *st);
 
@@ -57,6 +58,31 @@ typedef struct rp_delta_args {
  *   S <- exp(g) S;  S <- S + beta (v - S k) k^T;  o = scale * S q
  * Heads run in parallel on the pool; each head scans the batch in order. */
 void rp_gated_delta(rp_compute *cc, const rp_delta_args *a);
+
+/* ---- per-ISA kernels (rp_cpu_isa() picks; tests run each level) ---------- */
+
+/* One token of one head: S [d][d] (rows over v, k contiguous), in two sweeps:
+ * delta_j = (v_j - decay (S_j . k)) beta;  S_j = decay S_j + delta_j k;
+ * o_j = scale (S_j . q). delta is d floats of scratch. */
+typedef void (*rp_delta_token_fn)(float *S, int d, float decay, float beta, const float *q,
+                                  const float *k, const float *v, float scale, float *o,
+                                  float *delta);
+/* Channels [c0, c1) of one token of the conv (same contract as rp_conv1d_silu,
+ * x one row, h one state). */
+typedef void (*rp_conv_token_fn)(float *x, float *h, const float *w, int k, int channels, long c0,
+                                 long c1);
+
+void rp_delta_token_ref(float *S, int d, float decay, float beta, const float *q, const float *k,
+                        const float *v, float scale, float *o, float *delta);
+void rp_conv_token_ref(float *x, float *h, const float *w, int k, int channels, long c0, long c1);
+void rp_delta_token_avx2(float *S, int d, float decay, float beta, const float *q, const float *k,
+                         const float *v, float scale, float *o, float *delta);
+void rp_conv_token_avx2(float *x, float *h, const float *w, int k, int channels, long c0, long c1);
+
+/* rp_gated_delta / rp_conv1d_silu at a given level (<= rp_cpu_isa_max()). */
+void rp_gated_delta_isa(rp_compute *cc, const rp_delta_args *a, int isa);
+void rp_conv1d_silu_isa(rp_compute *cc, float *x, int n_tok, int stride, int channels,
+                        const float *w, int k, float *const *st, int isa);
 
 /* o[r][h] = rmsnorm(o[r][h]) * w * silu(z[r][h]) over n_head heads of head_dim
  * (rows of n_head * head_dim floats, o and z alike). */

@@ -31,7 +31,7 @@ typedef struct q35_rec {
     const rp_tensor *beta;  /* ssm_beta:  [n_embd] -> [n_head_v] */
     const rp_tensor *alpha; /* ssm_alpha: [n_embd] -> [n_head_v] */
     const rp_tensor *out;   /* ssm_out:   [d_inner] -> [n_embd] */
-    const float *conv;      /* ssm_conv1d: [conv_dim][d_conv] */
+    const float *conv;      /* ssm_conv1d, tap-major: [d_conv][conv_dim] (owned copy) */
     const float *dt_bias;   /* ssm_dt.bias: [n_head_v] */
     const float *a;         /* ssm_a: [n_head_v] (= -exp(A_log)) */
     const float *norm;      /* ssm_norm: [d_state] */
@@ -67,24 +67,27 @@ static const q35_ext *ext_of(const rp_model *m, int l) {
     return m->layers[l].ext;
 }
 
-/* A 2-D table read as floats: the mapped data when F32, else a converted copy. */
-static rp_status f32_table(rp_model *m, const rp_tensor *t, const float **out) {
-    if (t->type == RP_TYPE_F32) {
-        *out = t->data;
-        return RP_OK;
-    }
+/* The conv kernel tap-major, [d_conv][conv_dim] floats (GGUF stores
+ * [conv_dim][d_conv] in any readable type): an owned copy, so each tap is a
+ * contiguous row across channels. */
+static rp_status conv_taps(rp_model *m, const rp_tensor *t, const float **out) {
     const rp_type_traits *tt = rp_type_get(t->type);
-    int64_t n = t->ne[0] * t->ne[1];
     if (!tt->to_float)
         return rp_fail(RP_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which reprise cannot read",
                        m->path, t->name, tt->name);
-    float *f = rp_malloc((size_t)n * sizeof(float), "converted tensor");
-    if (!f || !rp_model_own(m, f)) {
+    const int64_t k = t->ne[0], ch = t->ne[1];
+    float *f = rp_malloc((size_t)(k * ch) * sizeof(float), "conv taps");
+    float *row = rp_malloc((size_t)k * sizeof(float), "conv taps");
+    if (!f || !row || !rp_model_own(m, f)) {
         free(f);
+        free(row);
         return RP_ERR_NOMEM;
     }
-    for (int64_t r = 0; r < t->ne[1]; r++)
-        tt->to_float(rp_tensor_row(t, r), f + r * t->ne[0], t->ne[0]);
+    for (int64_t c = 0; c < ch; c++) {
+        tt->to_float(rp_tensor_row(t, c), row, k);
+        for (int64_t i = 0; i < k; i++) f[i * ch + c] = row[i];
+    }
+    free(row);
     *out = f;
     return RP_OK;
 }
@@ -123,7 +126,7 @@ static rp_status bind_rec(rp_model *m, int l, const q35_hp *q, q35_rec *r) {
     BIND(r->alpha, true, E, q->n_head_v, "ssm_alpha.weight");
     BIND(norm, true, q->d_state, 0, "ssm_norm.weight");
     BIND(r->out, true, q->d_inner, E, "ssm_out.weight");
-    if ((s = f32_table(m, conv, &r->conv))) return s;
+    if ((s = conv_taps(m, conv, &r->conv))) return s;
     r->dt_bias = fdata(dt);
     r->a = fdata(a);
     r->norm = fdata(norm);

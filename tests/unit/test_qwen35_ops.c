@@ -1,6 +1,7 @@
 /* The gated delta-net ops against plain double-precision references: the
  * causal conv with its rolling state and the delta rule, over a batch that
  * interleaves two sequences and spreads heads over two threads. */
+#include "cpu.h"
 #include "ops_delta.h"
 #include "test.h"
 #include "threads.h"
@@ -9,7 +10,7 @@
 #include <math.h>
 #include <string.h>
 
-enum { NT = 13, HK = 2, HV = 4, D = 8, KW = 4, CH = 2 * HK * D + HV * D };
+enum { NT = 13, HK = 2, HV = 4, D = 24, KW = 4, CH = 2 * HK * D + HV * D };
 
 static float frand(rp_rng *r, float a) {
     return a * (float)(rp_rng_uniform(r) * 2.0 - 1.0);
@@ -20,51 +21,58 @@ static int seq_of(int t) {
     return t % 3 == 1;
 }
 
-void test_qwen35_ops_conv(void) {
+/* C channels (not a multiple of 8: the SIMD path has a scalar tail) in rows of CH */
+static void conv_case(int isa) {
+    enum { C = CH - 3 };
     rp_rng r;
     rp_rng_seed(&r, 7);
-    static float x[NT][CH], y[NT][CH], w[CH][KW], st[2][KW - 1][CH];
+    static float x[NT][CH], y[NT][CH], w[KW * C], st[2][(KW - 1) * C];
     for (int t = 0; t < NT; t++)
         for (int c = 0; c < CH; c++) y[t][c] = x[t][c] = frand(&r, 2.0f);
-    for (int c = 0; c < CH; c++)
-        for (int j = 0; j < KW; j++) w[c][j] = frand(&r, 1.0f);
+    for (int i = 0; i < KW * C; i++) w[i] = frand(&r, 1.0f); /* tap-major [KW][C] */
     /* sequence 1 starts from a nonzero history */
     memset(st, 0, sizeof st);
-    for (int j = 0; j < KW - 1; j++)
-        for (int c = 0; c < CH; c++) st[1][j][c] = frand(&r, 1.0f);
-    static double hist[2][64][CH];
+    for (int i = 0; i < (KW - 1) * C; i++) st[1][i] = frand(&r, 1.0f);
+    static double hist[2][64][C];
     int len[2] = {KW - 1, KW - 1};
     for (int s = 0; s < 2; s++)
         for (int j = 0; j < KW - 1; j++)
-            for (int c = 0; c < CH; c++) hist[s][j][c] = st[s][j][c];
+            for (int c = 0; c < C; c++) hist[s][j][c] = st[s][j * C + c];
     float *ptr[NT];
-    for (int t = 0; t < NT; t++) ptr[t] = &st[seq_of(t)][0][0];
+    for (int t = 0; t < NT; t++) ptr[t] = st[seq_of(t)];
     rp_compute cc = {.pool = rp_pool_new(2)};
     REQUIRE(cc.pool, "pool");
-    rp_conv1d_silu(&cc, &y[0][0], NT, CH, CH, &w[0][0], KW, ptr);
+    rp_conv1d_silu_isa(&cc, &y[0][0], NT, CH, C, w, KW, ptr, isa);
     double worst = 0;
+    bool tail = true;
     for (int t = 0; t < NT; t++) {
         const int s = seq_of(t);
-        for (int c = 0; c < CH; c++) hist[s][len[s]][c] = x[t][c];
+        for (int c = 0; c < C; c++) hist[s][len[s]][c] = x[t][c];
         len[s]++;
-        for (int c = 0; c < CH; c++) {
+        for (int c = 0; c < C; c++) {
             double a = 0;
-            for (int j = 0; j < KW; j++) a += (double)w[c][j] * hist[s][len[s] - KW + j][c];
+            for (int j = 0; j < KW; j++) a += (double)w[j * C + c] * hist[s][len[s] - KW + j][c];
             worst = fmax(worst, fabs(a / (1.0 + exp(-a)) - y[t][c]));
         }
+        for (int c = C; c < CH; c++) tail &= y[t][c] == x[t][c];
     }
-    CHECK(worst <= 1e-5, "conv vs reference: max |delta| %.3g", worst);
+    CHECK(worst <= 1e-5, "%s conv vs reference: max |delta| %.3g", rp_isa_name((rp_isa)isa), worst);
+    CHECK(tail, "%s conv wrote past its channels", rp_isa_name((rp_isa)isa));
     /* the state holds each sequence's last KW-1 raw inputs */
-    bool tail = true;
+    bool hs = true;
     for (int s = 0; s < 2; s++)
         for (int j = 0; j < KW - 1; j++)
-            for (int c = 0; c < CH; c++)
-                tail &= st[s][j][c] == (float)hist[s][len[s] - (KW - 1) + j][c];
-    CHECK(tail, "conv state is not the last inputs");
+            for (int c = 0; c < C; c++)
+                hs &= st[s][j * C + c] == (float)hist[s][len[s] - (KW - 1) + j][c];
+    CHECK(hs, "%s conv state is not the last inputs", rp_isa_name((rp_isa)isa));
     rp_pool_free(cc.pool);
 }
 
-void test_qwen35_ops_delta(void) {
+void test_qwen35_ops_conv(void) {
+    for (int isa = RP_ISA_SCALAR; isa <= (int)rp_cpu_isa(); isa++) conv_case(isa);
+}
+
+static void delta_case(int isa) {
     rp_rng r;
     rp_rng_seed(&r, 11);
     static float qk[NT][2 * HK * D], v[NT][HV * D], g[NT][HV], beta[NT][HV], out[NT][HV * D];
@@ -110,7 +118,7 @@ void test_qwen35_ops_delta(void) {
     };
     rp_compute cc = {.pool = rp_pool_new(2)};
     REQUIRE(cc.pool, "pool");
-    rp_gated_delta(&cc, &a);
+    rp_gated_delta_isa(&cc, &a, isa);
     double worst = 0;
     for (int t = 0; t < NT; t++) {
         const int s = seq_of(t);
@@ -136,14 +144,20 @@ void test_qwen35_ops_delta(void) {
             }
         }
     }
-    CHECK(worst <= 1e-5, "delta rule vs reference: max |delta| %.3g", worst);
+    CHECK(worst <= 1e-5, "%s delta rule vs reference: max |delta| %.3g", rp_isa_name((rp_isa)isa),
+          worst);
     double ws = 0;
     for (int s = 0; s < 2; s++)
         for (int h = 0; h < HV; h++)
             for (int j = 0; j < D; j++)
                 for (int i = 0; i < D; i++) ws = fmax(ws, fabs(S[s][h][j][i] - state[s][h][j][i]));
-    CHECK(ws <= 1e-5, "final state vs reference: max |delta| %.3g", ws);
+    CHECK(ws <= 1e-5, "%s final state vs reference: max |delta| %.3g", rp_isa_name((rp_isa)isa),
+          ws);
     rp_pool_free(cc.pool);
+}
+
+void test_qwen35_ops_delta(void) {
+    for (int isa = RP_ISA_SCALAR; isa <= (int)rp_cpu_isa(); isa++) delta_case(isa);
 
     /* the gates and the gated norm */
     float b2[2] = {0.0f, 2.0f}, al[2] = {0.5f, 30.0f}, dt[2] = {-1.0f, 0.0f},
