@@ -86,12 +86,12 @@ grep -q "$NS of the 15 blocks are there, 5 to run" "$T/err" \
     && cmp -s <(grep '^[0-9]' "$T/full.csv" | awk -F, '$2 <= 5' | cut -d, -f1-6 | sort) <(grep '^[0-9]' "$T/cut.csv" | cut -d, -f1-6 | sort) \
     && ok scan_resume_wider || fail scan_resume_wider "$(grep resuming "$T/err")"
 # Ctrl-C: the blocks done stay in the file; the same command continues
-"$BIN" scan -m "$M" -f "$T/text.txt" -c 128 --chunks 10 -t 1 $SUB -o "$T/int.csv" > /dev/null 2> "$T/int.err" &
+"$BIN" scan -m "$M" -f "$T/text.txt" -c 64 --chunks 8 -t 1 $SUB -o "$T/int.csv" > /dev/null 2> "$T/int.err" &
 pid=$!
-for _ in $(seq 1 1200); do
+for _ in $(seq 1 6000); do
     [ "$(grep -c '^[0-9]' "$T/int.csv" 2>/dev/null)" -ge 1 ] 2>/dev/null && break
     kill -0 $pid 2>/dev/null || break
-    sleep 0.1
+    sleep 0.02
 done
 kill -INT $pid 2>/dev/null
 wait $pid
@@ -99,7 +99,7 @@ rc=$?
 have=$(grep -c '^[0-9]' "$T/int.csv" 2>/dev/null)
 [ $rc -eq 130 ] && grep -q "interrupted; .*int.csv holds $have of the $NS blocks" "$T/int.err" && [ "$have" -lt "$NS" ] \
     && ok scan_interrupt || fail scan_interrupt "exit $rc, $have rows: $(tail -2 "$T/int.err")"
-"$BIN" scan -m "$M" -f "$T/text.txt" -c 128 --chunks 10 -t 1 $SUB -o "$T/int.csv" > /dev/null 2> "$T/err"
+"$BIN" scan -m "$M" -f "$T/text.txt" -c 64 --chunks 8 -t 1 $SUB -o "$T/int.csv" > /dev/null 2> "$T/err"
 [ $? -eq 0 ] && [ "$(grep -c '^[0-9]' "$T/int.csv")" = "$NS" ] && grep -q "resuming .*: $have of the $NS" "$T/err" \
     && [ -z "$(ls "$T" | grep 'int.csv.tmp')" ] && ok scan_interrupt_resume || fail scan_interrupt_resume "$(tail -2 "$T/err")"
 
