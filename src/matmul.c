@@ -48,6 +48,8 @@ typedef struct mm_job {
     const rp_gemm_ops *gemm;
     const rp_kernels *k;
     rp_pool *pool;
+    uint8_t *xe; /* packed-weight extras per token (gemv) */
+    size_t xe_stride;
 } mm_job;
 
 static int n_groups(int n_tok) {
@@ -106,28 +108,46 @@ static void rows_gemm(const mm_job *j, const rp_tensor *w, float *y, long a, lon
     }
 }
 
-/* Rows are split across threads over the concatenation of all n weights, in
- * slices of 16 so a thread's part of each weight is contiguous. */
+static long panels(const rp_tensor *w) {
+    return (long)((w->ne[1] + RP_PANEL - 1) / RP_PANEL);
+}
+
+/* One token against the packed panels [p0, p1) of w. */
+static void rows_packed(const mm_job *j, const rp_tensor *w, float *y, long p0, long p1) {
+    const rp_pack_ops *po = j->k->pack[w->type];
+    const size_t rows = (size_t)w->ne[1];
+    for (int t = 0; t < j->n_tok; t++)
+        po->gemv(j->ne0, (int64_t)rows, w->pack, p0, p1, j->xq + (size_t)t * j->xq_stride,
+                 j->xe + (size_t)t * j->xe_stride, y + (size_t)t * rows);
+}
+
+/* The work is the sequence of 16-row panels of all n weights, split evenly
+ * across threads: a thread's part of each weight is contiguous. */
 static void mm_task(void *arg, int ith, int nth) {
     mm_job *j = arg;
-    long r0, r1;
-    rp_split_range(j->total_rows, ith, nth, 16, &r0, &r1);
+    long total = 0;
+    for (int i = 0; i < j->n; i++) total += panels(j->w[i]);
+    long q0, q1;
+    rp_split_range(total, ith, nth, 1, &q0, &q1);
     /* NULL (out of memory) falls back to vec_dot, which needs none */
     void *scratch =
-        j->gemm && r0 < r1 ? rp_pool_scratch(j->pool, ith, j->gemm->scratch_bytes(j->ne0)) : NULL;
+        j->gemm && q0 < q1 ? rp_pool_scratch(j->pool, ith, j->gemm->scratch_bytes(j->ne0)) : NULL;
     long base = 0;
-    for (int i = 0; i < j->n && r0 < r1; i++) {
+    for (int i = 0; i < j->n && q0 < q1; i++) {
         const rp_tensor *w = j->w[i];
-        long rows = (long)w->ne[1];
-        long a = RP_MAX(r0, base) - base, b = RP_MIN(r1, base + rows) - base;
-        base += rows;
+        const long np = panels(w);
+        const long a = RP_MAX(q0, base) - base, b = RP_MIN(q1, base + np) - base;
+        base += np;
         if (a >= b) continue;
+        const long r0 = a * RP_PANEL, r1 = RP_MIN(b * RP_PANEL, (long)w->ne[1]);
         if (j->gemm && scratch)
-            rows_gemm(j, w, j->y[i], a, b, scratch);
+            rows_gemm(j, w, j->y[i], r0, r1, scratch);
+        else if (j->n_tok < GEMM_MIN_TOKENS && w->pack && j->k->pack[w->type])
+            rows_packed(j, w, j->y[i], a, b);
         else if (j->n_tok < GEMM_MIN_TOKENS && j->k->gemv[w->type])
-            rows_gemv(j, w, j->y[i], a, b);
+            rows_gemv(j, w, j->y[i], r0, r1);
         else
-            rows_generic(j, w, j->y[i], a, b);
+            rows_generic(j, w, j->y[i], r0, r1);
     }
 }
 
@@ -143,8 +163,8 @@ void rp_matmul_n(rp_compute *cc, int n, const rp_tensor *const *w, float *const 
         const int vdt = rp_type_get(type0)->vec_dot_type;
         const rp_gemm_ops *gemm = n_tok >= GEMM_MIN_TOKENS ? k->gemm[type0] : NULL;
         int m = 1;
-        while (done + m < n && rp_type_get(w[done + m]->type)->vec_dot_type == vdt &&
-               (n_tok >= GEMM_MIN_TOKENS ? k->gemm[w[done + m]->type] : NULL) == gemm)
+        while (done + m < n && w[done + m]->type == type0 &&
+               (w[done + m]->pack != NULL) == (w[done]->pack != NULL))
             m++;
         mm_job j = {.n = m,
                     .w = w + done,
@@ -181,6 +201,15 @@ void rp_matmul_n(rp_compute *cc, int n, const rp_tensor *const *w, float *const 
             else
                 prepare_task(&j, 0, 1);
         }
+        /* packed weights: the activation extras their kernel wants, once */
+        const rp_pack_ops *po = n_tok < GEMM_MIN_TOKENS && w[done]->pack ? k->pack[type0] : NULL;
+        if (po) {
+            j.xe_stride = rp_align_up(po->xbytes((int)ne0), 64);
+            j.xe = cc->wbuf + rp_align_up(j.xq_stride * (size_t)n_tok, 64);
+            RP_ASSERT(j.xe + j.xe_stride * (size_t)n_tok <= cc->wbuf + cc->wbuf_size);
+            for (int t = 0; t < n_tok; t++)
+                po->xprep((int)ne0, j.xq + (size_t)t * j.xq_stride, j.xe + (size_t)t * j.xe_stride);
+        }
         rp_pool_run(cc->pool, mm_task, &j);
         done += m;
     }
@@ -188,6 +217,18 @@ void rp_matmul_n(rp_compute *cc, int n, const rp_tensor *const *w, float *const 
 
 void rp_matmul(rp_compute *cc, const rp_tensor *w, const float *x, int n_tok, float *y) {
     rp_matmul_n(cc, 1, &w, &y, x, n_tok);
+}
+
+rp_status rp_matmul_pack(rp_tensor *t, void **owned) {
+    *owned = NULL;
+    const rp_pack_ops *po = t->n_dims == 2 ? rp_kern()->pack[t->type] : NULL;
+    if (!po || t->pack) return RP_OK;
+    void *p = rp_alloc_aligned(po->bytes(t->ne[0], t->ne[1]), "packed weights");
+    if (!p) return rp_fail_prefix(RP_ERR_NOMEM, "tensor '%s'", t->name);
+    po->pack(t->ne[0], t->ne[1], t->data, t->row_bytes, p);
+    t->pack = p;
+    *owned = p;
+    return RP_OK;
 }
 
 void rp_tensor_get_row(const rp_tensor *w, int64_t r, float *out) {

@@ -4,6 +4,7 @@
 #ifndef RP_MATMUL_H
 #define RP_MATMUL_H
 
+#include "reprise.h"
 #include "tensor.h"
 #include "threads.h"
 
@@ -12,7 +13,7 @@
 
 typedef struct rp_compute {
     rp_pool *pool;
-    uint8_t *wbuf;   /* scratch: activations encoded in the kernels' format */
+    uint8_t *wbuf; /* scratch: activations encoded in the kernels' format */
     size_t wbuf_size;
 } rp_compute;
 
@@ -24,6 +25,11 @@ void rp_matmul(rp_compute *cc, const rp_tensor *w, const float *x, int n_tok, fl
  * y[i] = x . w[i]^T. (Q/K/V, gate/up.) */
 void rp_matmul_n(rp_compute *cc, int n, const rp_tensor *const *w, float *const *y, const float *x,
                  int n_tok);
+
+/* Builds t->pack when the running CPU's kernels have a faster layout for
+ * t's type: *owned receives the buffer the caller must keep (and free) as long
+ * as t is used, NULL if nothing was built. */
+rp_status rp_matmul_pack(rp_tensor *t, void **owned);
 
 /* Row r of w as floats (embedding lookup). */
 void rp_tensor_get_row(const rp_tensor *w, int64_t r, float *out);

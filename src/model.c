@@ -413,6 +413,19 @@ rp_status rp_model_from_gguf(rp_gguf *g, const char *path, const rp_model_params
                     m->hp.n_vocab);
         goto fail;
     }
+    /* matrix weights re-laid out for this CPU's kernels, owned by the model */
+    for (uint64_t i = 0; i < m->n_tensors; i++) {
+        rp_tensor *t = &m->tensors[i];
+        if (t == m->tok_embd && m->output != t) continue; /* only looked up */
+        void *p;
+        if ((s = rp_matmul_pack(t, &p))) goto fail;
+        if (p && !rp_model_own(m, p)) {
+            free(p);
+            t->pack = NULL;
+            s = RP_ERR_NOMEM;
+            goto fail;
+        }
+    }
     if ((s = prefault(m, params))) goto fail;
     *out = m;
     return RP_OK;

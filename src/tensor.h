@@ -14,6 +14,8 @@ typedef struct rp_tensor {
     size_t nbytes;
     size_t row_bytes;  /* bytes of one ne[0] row */
     const void *data;  /* into the file mapping, or owned by the model */
+    const void *pack;  /* the same weights re-laid out for this CPU's matrix kernels
+                          (rp_matmul_pack, owned by the model), or NULL */
 } rp_tensor;
 
 static inline const void *rp_tensor_row(const rp_tensor *t, int64_t r) {

@@ -41,12 +41,33 @@ typedef struct rp_gemm_ops {
                 float *y, size_t ldy, void *scratch);
 } rp_gemm_ops;
 
+/* Weights re-laid out once at load in panels of RP_PANEL rows, so one 512-bit
+ * instruction serves 16 rows (the activation broadcast). Rows past the end of
+ * the last panel are zero. Products from a packed layout return exactly the
+ * floats of vec_dot.
+ *   bytes:  size of the packed copy of rows x n weights
+ *   pack:   w (rows rows, ldw bytes apart) -> dst
+ *   xbytes, xprep: per-token extras the kernel derives from an activation row
+ *           (in the vec_dot_type) once per product
+ *   gemv:   y[r] for the rows r < rows of panels [p0, p1), one token: its row
+ *           xq and extras xe */
+#define RP_PANEL 16
+typedef struct rp_pack_ops {
+    size_t (*bytes)(int64_t n, int64_t rows);
+    void (*pack)(int64_t n, int64_t rows, const void *w, size_t ldw, void *dst);
+    size_t (*xbytes)(int n);
+    void (*xprep)(int n, const void *xq, void *xe);
+    void (*gemv)(int n, int64_t rows, const void *packed, int64_t p0, int64_t p1, const void *xq,
+                 const void *xe, float *y);
+} rp_pack_ops;
+
 typedef struct rp_kernels {
     rp_isa isa;
     rp_vec_dot_fn vec_dot[RP_TYPE_COUNT];     /* by weight type */
     rp_act_quant_fn act_quant[RP_TYPE_COUNT]; /* by vec_dot_type; NULL for F32 */
     rp_gemv_fn gemv[RP_TYPE_COUNT];           /* optional, by weight type */
     const rp_gemm_ops *gemm[RP_TYPE_COUNT];   /* optional, by weight type */
+    const rp_pack_ops *pack[RP_TYPE_COUNT];   /* optional, by weight type */
     float (*dot_f32)(int n, const float *a, const float *b);
     /* y += a * x */
     void (*axpy_f32)(int n, float a, const float *x, float *y);

@@ -23,6 +23,9 @@
 #include <math.h>
 #include <string.h>
 
+/* the lane loops must be unrolled so their accumulators stay in registers */
+#define UNROLL8 _Pragma("GCC unroll 8")
+
 static inline float f16(uint16_t h) {
     return _cvtsh_ss(h);
 }
@@ -53,6 +56,121 @@ static inline void store_tokens(float *y, size_t ldy, __m512 v, int cnt) {
     _mm512_storeu_ps(tmp, v);
     for (int t = 0; t < cnt; t++) y[(size_t)t * ldy] = tmp[t];
 }
+
+/* ============================================================================
+ * F16 weights, F32 activations: every output is one 16-lane accumulator over
+ * the row (16 weights per step, the tail masked), reduced with
+ * _mm512_reduce_add_ps; vec_dot, gemv and gemm all do exactly that.
+ * ========================================================================== */
+
+static inline __m512 f16x16(const uint16_t *p, __mmask16 m) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+}
+
+static void vec_dot_f16_avx512(int n, float *s, const void *w, const void *x) {
+    const uint16_t *a = w;
+    const float *b = x;
+    __m512 acc = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        acc = _mm512_fmadd_ps(f16x16(a + i, 0xFFFF), _mm512_loadu_ps(b + i), acc);
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        acc = _mm512_fmadd_ps(f16x16(a + i, m), _mm512_maskz_loadu_ps(m, b + i), acc);
+    }
+    *s = _mm512_reduce_add_ps(acc);
+}
+
+static void gemv_f16(int n, int nr, const void *w, size_t ldw, const void *x, float *y) {
+    const float *b = x;
+    int r = 0;
+    for (; r + 4 <= nr; r += 4) {
+        const uint16_t *a0 = (const uint16_t *)((const char *)w + (size_t)r * ldw);
+        const uint16_t *a1 = (const uint16_t *)((const char *)a0 + ldw),
+                       *a2 = (const uint16_t *)((const char *)a1 + ldw),
+                       *a3 = (const uint16_t *)((const char *)a2 + ldw);
+        __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+        int i = 0;
+        for (; i + 16 <= n; i += 16) {
+            const __m512 xv = _mm512_loadu_ps(b + i);
+            c0 = _mm512_fmadd_ps(f16x16(a0 + i, 0xFFFF), xv, c0);
+            c1 = _mm512_fmadd_ps(f16x16(a1 + i, 0xFFFF), xv, c1);
+            c2 = _mm512_fmadd_ps(f16x16(a2 + i, 0xFFFF), xv, c2);
+            c3 = _mm512_fmadd_ps(f16x16(a3 + i, 0xFFFF), xv, c3);
+        }
+        if (i < n) {
+            const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+            const __m512 xv = _mm512_maskz_loadu_ps(m, b + i);
+            c0 = _mm512_fmadd_ps(f16x16(a0 + i, m), xv, c0);
+            c1 = _mm512_fmadd_ps(f16x16(a1 + i, m), xv, c1);
+            c2 = _mm512_fmadd_ps(f16x16(a2 + i, m), xv, c2);
+            c3 = _mm512_fmadd_ps(f16x16(a3 + i, m), xv, c3);
+        }
+        y[r] = _mm512_reduce_add_ps(c0);
+        y[r + 1] = _mm512_reduce_add_ps(c1);
+        y[r + 2] = _mm512_reduce_add_ps(c2);
+        y[r + 3] = _mm512_reduce_add_ps(c3);
+    }
+    for (; r < nr; r++) vec_dot_f16_avx512(n, &y[r], (const char *)w + (size_t)r * ldw, x);
+}
+
+/* 4 rows x 3 tokens per tile, activations read as they are (no packing) */
+static void gemm_run_f16(int n, int nr, const void *w, size_t ldw, const void *xp, size_t ldx,
+                         int cnt, float *y, size_t ldy, void *scratch) {
+    (void)scratch;
+    const int tail = n % 16;
+    const __mmask16 mt = (__mmask16)((1u << tail) - 1);
+    for (int r = 0; r < nr; r += 4) {
+        const int rr = nr - r < 4 ? nr - r : 4;
+        const uint16_t *a[4];
+        for (int i = 0; i < 4; i++)
+            a[i] = (const uint16_t *)((const char *)w + (size_t)(r + (i < rr ? i : 0)) * ldw);
+        for (int t = 0; t < cnt; t += 3) {
+            const int tt = cnt - t < 3 ? cnt - t : 3;
+            const float *b[3];
+            for (int j = 0; j < 3; j++)
+                b[j] = (const float *)((const char *)xp + (size_t)(t + (j < tt ? j : 0)) * ldx);
+            __m512 c[4][3];
+            UNROLL8
+            for (int i = 0; i < 4; i++) UNROLL8
+            for (int j = 0; j < 3; j++) c[i][j] = _mm512_setzero_ps();
+            int k = 0;
+            for (; k + 16 <= n; k += 16) {
+                const __m512 x0 = _mm512_loadu_ps(b[0] + k), x1 = _mm512_loadu_ps(b[1] + k),
+                             x2 = _mm512_loadu_ps(b[2] + k);
+                UNROLL8
+                for (int i = 0; i < 4; i++) {
+                    const __m512 wv = f16x16(a[i] + k, 0xFFFF);
+                    c[i][0] = _mm512_fmadd_ps(wv, x0, c[i][0]);
+                    c[i][1] = _mm512_fmadd_ps(wv, x1, c[i][1]);
+                    c[i][2] = _mm512_fmadd_ps(wv, x2, c[i][2]);
+                }
+            }
+            if (tail) {
+                const __m512 x0 = _mm512_maskz_loadu_ps(mt, b[0] + k),
+                             x1 = _mm512_maskz_loadu_ps(mt, b[1] + k),
+                             x2 = _mm512_maskz_loadu_ps(mt, b[2] + k);
+                UNROLL8
+                for (int i = 0; i < 4; i++) {
+                    const __m512 wv = f16x16(a[i] + k, mt);
+                    c[i][0] = _mm512_fmadd_ps(wv, x0, c[i][0]);
+                    c[i][1] = _mm512_fmadd_ps(wv, x1, c[i][1]);
+                    c[i][2] = _mm512_fmadd_ps(wv, x2, c[i][2]);
+                }
+            }
+            for (int i = 0; i < rr; i++)
+                for (int j = 0; j < tt; j++)
+                    y[(size_t)(t + j) * ldy + (size_t)(r + i)] = _mm512_reduce_add_ps(c[i][j]);
+        }
+    }
+}
+
+static size_t f16_scratch(int n) {
+    (void)n;
+    return 64;
+}
+
+static const rp_gemm_ops gemm_f16 = {NULL, NULL, f16_scratch, gemm_run_f16};
 
 /* ============================================================================
  * Blocks of 32 with Q8_0 activations: Q8_0, Q5_0 (lanes), Q4_0, IQ4_NL (rows)
@@ -201,6 +319,7 @@ static void b32_lanes_run(int n, int nr, const void *w, size_t ldw, const void *
         for (int g = 0; g < ng; g++) {
             const uint8_t *xg = (const uint8_t *)xp + (size_t)g * gb;
             __m512 a0[8], a1[8];
+            UNROLL8
             for (int l = 0; l < 8; l++) a0[l] = a1[l] = _mm512_setzero_ps();
             for (int b = 0; b < nb; b++) {
                 const __m512i *xu = (const __m512i *)(xg + (size_t)b * B32_BYTES);
@@ -209,6 +328,7 @@ static void b32_lanes_run(int n, int nr, const void *w, size_t ldw, const void *
                 const __m512 d1 = _mm512_mul_ps(_mm512_set1_ps(R[1].dw[b]), dx);
                 const int8_t *v0 = R[0].v + 32 * b, *v1 = R[1].v + 32 * b;
                 const int32_t *c0 = R[0].corr + 8 * b, *c1 = R[1].corr + 8 * b;
+                UNROLL8
                 for (int l = 0; l < 8; l++) {
                     const __m512i x = _mm512_load_si512(xu + l);
                     __m512i i0 =
@@ -250,6 +370,7 @@ static void b32_rows_run(int n, int nr, const void *w, size_t ldw, const void *x
                 const int8_t *v0 = R[0].v + 32 * b, *v1 = R[1].v + 32 * b;
                 __m512i i0 = _mm512_set1_epi32(R[0].corr[b]), i1 = _mm512_set1_epi32(R[1].corr[b]);
                 __m512i j0 = _mm512_setzero_si512(), j1 = j0;
+                UNROLL8
                 for (int l = 0; l < 8; l += 2) {
                     const __m512i x0 = _mm512_load_si512(xu + l),
                                   x1 = _mm512_load_si512(xu + l + 1);
@@ -558,12 +679,14 @@ static void ks_lanes_run(int n, int nr, const void *w, size_t ldw, const void *x
         for (int g = 0; g < ng; g++) {
             const uint8_t *xg = (const uint8_t *)xp + (size_t)g * gb;
             __m512 f0[8], f1[8], m0 = _mm512_setzero_ps(), m1 = m0;
+            UNROLL8
             for (int l = 0; l < 8; l++) f0[l] = f1[l] = _mm512_setzero_ps();
             for (int sb = 0; sb < nsb; sb++) {
                 const uint8_t *xs = xg + (size_t)sb * KS_BYTES;
                 const __m512i *xu = (const __m512i *)xs;
                 const ks_sb *a = &R[0][sb], *b = &R[1][sb];
                 __m512i i0[8], i1[8];
+                UNROLL8
                 for (int l = 0; l < 8; l++) {
                     i0[l] = _mm512_set1_epi32(a->corr[l]);
                     i1[l] = _mm512_set1_epi32(b->corr[l]);
@@ -573,6 +696,7 @@ static void ks_lanes_run(int n, int nr, const void *w, size_t ldw, const void *x
                                   sa1 = _mm512_set1_epi32((int)a->sc[2 * c + 1]);
                     const __m512i sb0 = _mm512_set1_epi32((int)b->sc[2 * c]),
                                   sb1 = _mm512_set1_epi32((int)b->sc[2 * c + 1]);
+                    UNROLL8
                     for (int l = 0; l < 8; l++) {
                         const __m512i x = _mm512_load_si512(xu + 8 * c + l);
                         const __m512i pa = _mm512_maddubs_epi16(x, bcast32(a->v + 32 * c + 4 * l));
@@ -584,6 +708,7 @@ static void ks_lanes_run(int n, int nr, const void *w, size_t ldw, const void *x
                 const __m512 dx = _mm512_load_ps((const float *)(xs + KS_DX));
                 const __m512 d0 = _mm512_mul_ps(dx, _mm512_set1_ps(a->dw)),
                              d1 = _mm512_mul_ps(dx, _mm512_set1_ps(b->dw));
+                UNROLL8
                 for (int l = 0; l < 8; l++) {
                     f0[l] = _mm512_fmadd_ps(d0, _mm512_cvtepi32_ps(i0[l]), f0[l]);
                     f1[l] = _mm512_fmadd_ps(d1, _mm512_cvtepi32_ps(i1[l]), f1[l]);
@@ -591,6 +716,7 @@ static void ks_lanes_run(int n, int nr, const void *w, size_t ldw, const void *x
                 if (with_min) {
                     const __m512i *s32 = (const __m512i *)(xs + KS_S32);
                     __m512i t0 = _mm512_setzero_si512(), t1 = t0;
+                    UNROLL8
                     for (int p = 0; p < 4; p++) {
                         t0 = _mm512_dpwssd_epi32(t0, _mm512_load_si512(s32 + p),
                                                  _mm512_set1_epi32((int)a->mn[p]));
@@ -642,12 +768,14 @@ static void ks_rows_run(int n, int nr, const void *w, size_t ldw, const void *xp
                 __m512i i0[4], i1[4];
                 i0[0] = _mm512_set1_epi32(a->corr[0]);
                 i1[0] = _mm512_set1_epi32(b->corr[0]);
+                UNROLL8
                 for (int k = 1; k < 4; k++) i0[k] = i1[k] = _mm512_setzero_si512();
                 for (int c = 0; c < 8; c++) {
                     const __m512i sa0 = _mm512_set1_epi32((int)a->sc[2 * c]),
                                   sa1 = _mm512_set1_epi32((int)a->sc[2 * c + 1]);
                     const __m512i sb0 = _mm512_set1_epi32((int)b->sc[2 * c]),
                                   sb1 = _mm512_set1_epi32((int)b->sc[2 * c + 1]);
+                    UNROLL8
                     for (int l = 0; l < 8; l++) {
                         const __m512i x = _mm512_load_si512(xu + 8 * c + l);
                         const __m512i pa = _mm512_maddubs_epi16(x, bcast32(a->v + 32 * c + 4 * l));
@@ -658,6 +786,7 @@ static void ks_rows_run(int n, int nr, const void *w, size_t ldw, const void *xp
                 }
                 const __m512i *mp = (const __m512i *)(xs + (n_min == 4 ? KS_S32 : KS_S16));
                 __m512i t0 = _mm512_setzero_si512(), t1 = t0;
+                UNROLL8
                 for (int p = 0; p < n_min; p++) {
                     t0 = _mm512_dpwssd_epi32(t0, _mm512_load_si512(mp + p),
                                              _mm512_set1_epi32((int)a->mn[p]));
@@ -842,7 +971,336 @@ static void gemv_q6_K(int n, int nr, const void *w, size_t ldw, const void *x, f
     }
 }
 
+/* ============================================================================
+ * Row panels (weights packed at load): 16 rows side by side per lane of 4
+ * weights, so the activation's 4 bytes are the broadcast operand.
+ * ========================================================================== */
+
+static inline int64_t n_panels(int64_t rows) {
+    return (rows + RP_PANEL - 1) / RP_PANEL;
+}
+
+/* store the first min(16, rows - r0) of 16 results */
+static inline void store_panel(float *y, int64_t r0, int64_t rows, __m512 v) {
+    const int64_t c = rows - r0 < 16 ? rows - r0 : 16;
+    _mm512_mask_storeu_ps(y + r0, (__mmask16)((1u << c) - 1), v);
+}
+
+/* ---- Q8_0 (lanes): per panel and block, u8 w+128 [8 lanes][16 rows][4] and
+ * the 16 fp16 scales: 544 bytes, as 16 blocks of the file. */
+#define P8_BYTES 544
+
+static size_t p8_bytes(int64_t n, int64_t rows) {
+    return (size_t)(n_panels(rows) * (n / 32)) * P8_BYTES;
+}
+
+static void p8_pack(int64_t n, int64_t rows, const void *w, size_t ldw, void *dst) {
+    const int64_t nb = n / 32;
+    for (int64_t p = 0; p < n_panels(rows); p++)
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *o = (uint8_t *)dst + (size_t)(p * nb + b) * P8_BYTES;
+            uint16_t *d = (uint16_t *)(o + 512);
+            for (int r = 0; r < 16; r++) {
+                const int64_t row = p * 16 + r;
+                const block_q8_0 *x =
+                    row < rows ? (const block_q8_0 *)((const char *)w + (size_t)row * ldw) + b
+                               : NULL;
+                for (int l = 0; l < 8; l++) {
+                    const uint32_t v = x ? load_u32(x->qs + 4 * l) ^ 0x80808080u : 0x80808080u;
+                    memcpy(o + (size_t)(l * 16 + r) * 4, &v, 4);
+                }
+                d[r] = x ? x->d : 0;
+            }
+        }
+}
+
+/* extras per block: -128 * (sum of each lane's 4 activations), then the scale */
+static size_t p8_xbytes(int n) {
+    return (size_t)(n / 32) * 36;
+}
+
+static void p8_xprep(int n, const void *xq, void *xe) {
+    const block_q8_0 *x = xq;
+    int32_t *corr = xe;
+    float *dx = (float *)(corr + (size_t)(n / 32) * 8);
+    for (int b = 0; b < n / 32; b++) {
+        const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1),
+                                              _mm256_loadu_si256((const __m256i *)x[b].qs));
+        _mm256_storeu_si256((__m256i *)(corr + 8 * b),
+                            _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s, 7)));
+        dx[b] = f16(x[b].d);
+    }
+}
+
+static void p8_gemv(int n, int64_t rows, const void *packed, int64_t p0, int64_t p1, const void *xq,
+                    const void *xe, float *y) {
+    const int nb = n / 32;
+    const block_q8_0 *x = xq;
+    const int32_t *corr = xe;
+    const float *dx = (const float *)(corr + (size_t)nb * 8);
+    for (int64_t p = p0; p < p1; p++) {
+        const uint8_t *pw = (const uint8_t *)packed + (size_t)(p * nb) * P8_BYTES;
+        __m512 acc[8];
+        UNROLL8
+        for (int l = 0; l < 8; l++) acc[l] = _mm512_setzero_ps();
+        for (int b = 0; b < nb; b++, pw += P8_BYTES) {
+            const __m512 d =
+                _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pw + 512))),
+                              _mm512_set1_ps(dx[b]));
+            UNROLL8
+            for (int l = 0; l < 8; l++) {
+                const __m512i s =
+                    _mm512_dpbusd_epi32(_mm512_set1_epi32(corr[8 * b + l]),
+                                        _mm512_loadu_si512(pw + 64 * l), bcast32(x[b].qs + 4 * l));
+                acc[l] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[l]);
+            }
+        }
+        store_panel(y, p * 16, rows, reduce8(acc));
+    }
+}
+
+static const rp_pack_ops pack_q8_0 = {p8_bytes, p8_pack, p8_xbytes, p8_xprep, p8_gemv};
+
+/* ---- Q4_K (rows): per panel and super-block (2496 bytes)
+ *   u8  qs[4 c][8 l][16 rows][4]  bytes 32c+4l.. of each row's qs (low
+ *                                 nibbles: group 2c, high: group 2c+1)
+ *   u8  sc[8][16]                 6-bit group scales
+ *   u32 mn[4][16]                 int16 pairs (min 2p, min 2p+1)
+ *   u16 d[16], dmin[16] */
+#define P4K_BYTES 2496
+#define P4K_SC    2048
+#define P4K_MN    2176
+#define P4K_D     2432
+
+static size_t p4k_bytes(int64_t n, int64_t rows) {
+    return (size_t)(n_panels(rows) * (n / QK_K)) * P4K_BYTES;
+}
+
+static void p4k_pack(int64_t n, int64_t rows, const void *w, size_t ldw, void *dst) {
+    const int64_t nsb = n / QK_K;
+    for (int64_t p = 0; p < n_panels(rows); p++)
+        for (int64_t sb = 0; sb < nsb; sb++) {
+            uint8_t *o = (uint8_t *)dst + (size_t)(p * nsb + sb) * P4K_BYTES;
+            memset(o, 0, P4K_BYTES);
+            for (int r = 0; r < 16; r++) {
+                const int64_t row = p * 16 + r;
+                if (row >= rows) continue;
+                const block_q4_K *x =
+                    (const block_q4_K *)((const char *)w + (size_t)row * ldw) + sb;
+                for (int c = 0; c < 4; c++)
+                    for (int l = 0; l < 8; l++)
+                        memcpy(o + (size_t)((c * 8 + l) * 16 + r) * 4, x->qs + 32 * c + 4 * l, 4);
+                uint8_t sc[8], mn[8];
+                k4_scales(x->scales, sc, mn);
+                for (int j = 0; j < 8; j++) o[P4K_SC + j * 16 + r] = sc[j];
+                for (int q = 0; q < 4; q++) {
+                    const uint32_t v = pair16(mn[2 * q], mn[2 * q + 1]);
+                    memcpy(o + P4K_MN + (size_t)(q * 16 + r) * 4, &v, 4);
+                }
+                memcpy(o + P4K_D + 2 * r, &x->d, 2);
+                memcpy(o + P4K_D + 32 + 2 * r, &x->dmin, 2);
+            }
+        }
+}
+
+/* extras per super-block: int16 pairs (S_2p, S_2p+1) of the group sums */
+static size_t p4k_xbytes(int n) {
+    return (size_t)(n / QK_K) * 16;
+}
+
+static void p4k_xprep(int n, const void *xq, void *xe) {
+    const block_q8_K *x = xq;
+    uint32_t *o = xe;
+    for (int sb = 0; sb < n / QK_K; sb++)
+        for (int q = 0; q < 4; q++)
+            o[4 * sb + q] = pair16(x[sb].bsums[4 * q] + x[sb].bsums[4 * q + 1],
+                                   x[sb].bsums[4 * q + 2] + x[sb].bsums[4 * q + 3]);
+}
+
+static void p4k_gemv(int n, int64_t rows, const void *packed, int64_t p0, int64_t p1,
+                     const void *xq, const void *xe, float *y) {
+    const int nsb = n / QK_K;
+    const block_q8_K *x = xq;
+    const uint32_t *S = xe;
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    for (int64_t p = p0; p < p1; p++) {
+        const uint8_t *pw = (const uint8_t *)packed + (size_t)(p * nsb) * P4K_BYTES;
+        __m512 acc = _mm512_setzero_ps(), accm = acc;
+        for (int sb = 0; sb < nsb; sb++, pw += P4K_BYTES) {
+            const int8_t *xs = x[sb].qs;
+            __m512i sum = _mm512_setzero_si512();
+            for (int c = 0; c < 4; c++) {
+                __m512i lo = _mm512_setzero_si512(), hi = lo, lo2 = lo, hi2 = lo;
+                UNROLL8
+                for (int l = 0; l < 8; l += 2) {
+                    const __m512i w0 = _mm512_load_si512(pw + (size_t)(c * 8 + l) * 64);
+                    const __m512i w1 = _mm512_load_si512(pw + (size_t)(c * 8 + l + 1) * 64);
+                    lo = _mm512_dpbusd_epi32(lo, _mm512_and_si512(w0, m4),
+                                             bcast32(xs + 64 * c + 4 * l));
+                    hi = _mm512_dpbusd_epi32(hi, _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4),
+                                             bcast32(xs + 64 * c + 32 + 4 * l));
+                    lo2 = _mm512_dpbusd_epi32(lo2, _mm512_and_si512(w1, m4),
+                                              bcast32(xs + 64 * c + 4 * l + 4));
+                    hi2 = _mm512_dpbusd_epi32(hi2, _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4),
+                                              bcast32(xs + 64 * c + 36 + 4 * l));
+                }
+                const __m512i sc0 =
+                    _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(pw + P4K_SC + 32 * c)));
+                const __m512i sc1 = _mm512_cvtepu8_epi32(
+                    _mm_load_si128((const __m128i *)(pw + P4K_SC + 32 * c + 16)));
+                sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(_mm512_add_epi32(lo, lo2), sc0));
+                sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(_mm512_add_epi32(hi, hi2), sc1));
+            }
+            __m512i ms = _mm512_setzero_si512();
+            for (int q = 0; q < 4; q++)
+                ms = _mm512_dpwssd_epi32(ms, _mm512_load_si512(pw + P4K_MN + 64 * q),
+                                         _mm512_set1_epi32((int)S[4 * sb + q]));
+            const __m512 dx = _mm512_set1_ps(x[sb].d);
+            const __m512 d = _mm512_mul_ps(
+                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pw + P4K_D))), dx);
+            const __m512 dm = _mm512_mul_ps(
+                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pw + P4K_D + 32))), dx);
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), d, acc);
+            accm = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ms), dm, accm);
+        }
+        store_panel(y, p * 16, rows, _mm512_sub_ps(acc, accm));
+    }
+}
+
+static const rp_pack_ops pack_q4_K = {p4k_bytes, p4k_pack, p4k_xbytes, p4k_xprep, p4k_gemv};
+
+/* ---- Q6_K (lanes): per panel and super-block (3360 bytes, as the file)
+ *   u8  ql[2 h][2 m][8 l][16 rows][4]  bytes 64h+32m+4l.. of each row's ql
+ *                                      (low nibbles: chunk 4h+m, high: 4h+m+2)
+ *   u8  qh[2 h][8 l][16 rows][4]       bytes 32h+4l.. (bits 2k: chunk 4h+k)
+ *   i8  sc[16 groups][16 rows]
+ *   u16 d[16] */
+#define P6K_BYTES 3360
+#define P6K_QH    2048
+#define P6K_SC    3072
+#define P6K_D     3328
+
+static size_t p6k_bytes(int64_t n, int64_t rows) {
+    return (size_t)(n_panels(rows) * (n / QK_K)) * P6K_BYTES;
+}
+
+static void p6k_pack(int64_t n, int64_t rows, const void *w, size_t ldw, void *dst) {
+    const int64_t nsb = n / QK_K;
+    for (int64_t p = 0; p < n_panels(rows); p++)
+        for (int64_t sb = 0; sb < nsb; sb++) {
+            uint8_t *o = (uint8_t *)dst + (size_t)(p * nsb + sb) * P6K_BYTES;
+            memset(o, 0, P6K_BYTES);
+            for (int r = 0; r < 16; r++) {
+                const int64_t row = p * 16 + r;
+                if (row >= rows) {
+                    /* q = 32 is the value 0 */
+                    for (int i = 0; i < 32; i++)
+                        memcpy(o + (size_t)(i * 16 + r) * 4, "\0\0\0\0", 4);
+                    for (int h = 0; h < 2; h++)
+                        for (int l = 0; l < 8; l++)
+                            memcpy(o + P6K_QH + (size_t)((h * 8 + l) * 16 + r) * 4,
+                                   "\xAA\xAA\xAA\xAA", 4);
+                    continue;
+                }
+                const block_q6_K *x =
+                    (const block_q6_K *)((const char *)w + (size_t)row * ldw) + sb;
+                for (int h = 0; h < 2; h++)
+                    for (int m = 0; m < 2; m++)
+                        for (int l = 0; l < 8; l++)
+                            memcpy(o + (size_t)(((h * 2 + m) * 8 + l) * 16 + r) * 4,
+                                   x->ql + 64 * h + 32 * m + 4 * l, 4);
+                for (int h = 0; h < 2; h++)
+                    for (int l = 0; l < 8; l++)
+                        memcpy(o + P6K_QH + (size_t)((h * 8 + l) * 16 + r) * 4,
+                               x->qh + 32 * h + 4 * l, 4);
+                for (int g = 0; g < 16; g++) o[P6K_SC + g * 16 + r] = (uint8_t)x->scales[g];
+                memcpy(o + P6K_D + 2 * r, &x->d, 2);
+            }
+        }
+}
+
+/* extras per super-block and (chunk, lane): int16 pair 32*(x0+x1), 32*(x2+x3) */
+static size_t p6k_xbytes(int n) {
+    return (size_t)(n / QK_K) * 256;
+}
+
+static void p6k_xprep(int n, const void *xq, void *xe) {
+    const block_q8_K *x = xq;
+    uint32_t *o = xe;
+    for (int sb = 0; sb < n / QK_K; sb++)
+        for (int i = 0; i < 64; i++) {
+            const int8_t *q = x[sb].qs + 4 * i;
+            o[64 * sb + i] = pair16(32 * (q[0] + q[1]), 32 * (q[2] + q[3]));
+        }
+}
+
+static void p6k_gemv(int n, int64_t rows, const void *packed, int64_t p0, int64_t p1,
+                     const void *xq, const void *xe, float *y) {
+    const int nsb = n / QK_K;
+    const block_q8_K *x = xq;
+    const uint32_t *m32 = xe;
+    const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
+    /* int16 lane pairs (2r, 2r + 1) <- word r of the low (even) or high (odd) group */
+    const __m512i dup_lo = _mm512_set_epi16(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8,
+                                            8, 7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    const __m512i dup_hi = _mm512_add_epi16(dup_lo, _mm512_set1_epi16(16));
+    __m512i scp[16]; /* (sc, sc) pairs of the 16 rows, per group */
+    for (int64_t p = p0; p < p1; p++) {
+        const uint8_t *pw = (const uint8_t *)packed + (size_t)(p * nsb) * P6K_BYTES;
+        __m512 acc[8];
+        UNROLL8
+        for (int l = 0; l < 8; l++) acc[l] = _mm512_setzero_ps();
+        for (int sb = 0; sb < nsb; sb++, pw += P6K_BYTES) {
+            const int8_t *xs = x[sb].qs;
+            const uint32_t *mx = m32 + 64 * sb;
+            for (int g = 0; g < 16; g += 2) {
+                const __m512i s16 = _mm512_cvtepi8_epi16(
+                    _mm256_loadu_si256((const __m256i *)(pw + P6K_SC + g * 16)));
+                scp[g] = _mm512_permutexvar_epi16(dup_lo, s16);
+                scp[g + 1] = _mm512_permutexvar_epi16(dup_hi, s16);
+            }
+            const __m512 d =
+                _mm512_mul_ps(_mm512_set1_ps(x[sb].d),
+                              _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pw + P6K_D))));
+            UNROLL8
+            for (int l = 0; l < 8; l++) {
+                __m512i sum = _mm512_setzero_si512();
+                for (int h = 0; h < 2; h++) {
+                    const __m512i qh = _mm512_loadu_si512(pw + P6K_QH + (size_t)(h * 8 + l) * 64);
+                    const __m512i w0 = _mm512_loadu_si512(pw + (size_t)((h * 2 + 0) * 8 + l) * 64);
+                    const __m512i w1 = _mm512_loadu_si512(pw + (size_t)((h * 2 + 1) * 8 + l) * 64);
+                    __m512i q[4];
+                    /* (low or high nibble) | (2 bits of qh) << 4, as m30 ? b : c */
+                    q[0] = _mm512_ternarylogic_epi32(m30, _mm512_slli_epi16(qh, 4),
+                                                     _mm512_and_si512(w0, m4), 0xCA);
+                    q[1] = _mm512_ternarylogic_epi32(m30, _mm512_slli_epi16(qh, 2),
+                                                     _mm512_and_si512(w1, m4), 0xCA);
+                    q[2] = _mm512_ternarylogic_epi32(
+                        m30, qh, _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4), 0xCA);
+                    q[3] = _mm512_ternarylogic_epi32(m30, _mm512_srli_epi16(qh, 2),
+                                                     _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4),
+                                                     0xCA);
+                    for (int k = 0; k < 4; k++) {
+                        const int c = 4 * h + k;
+                        const __m512i pr = _mm512_sub_epi16(
+                            _mm512_maddubs_epi16(q[k], bcast32(xs + 32 * c + 4 * l)),
+                            _mm512_set1_epi32((int)mx[8 * c + l]));
+                        sum = _mm512_dpwssd_epi32(sum, pr, scp[8 * h + 2 * k + (l >= 4)]);
+                    }
+                }
+                acc[l] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sum), acc[l]);
+            }
+        }
+        store_panel(y, p * 16, rows, reduce8(acc));
+    }
+}
+
+static const rp_pack_ops pack_q6_K = {p6k_bytes, p6k_pack, p6k_xbytes, p6k_xprep, p6k_gemv};
+
 void rp_kernels_fill_avx512(rp_kernels *k) {
+    k->vec_dot[RP_TYPE_F16] = vec_dot_f16_avx512;
+    k->gemv[RP_TYPE_F16] = gemv_f16;
+    k->gemm[RP_TYPE_F16] = &gemm_f16;
     k->gemm[RP_TYPE_Q8_0] = &gemm_q8_0;
     k->gemm[RP_TYPE_Q5_0] = &gemm_q5_0;
     k->gemm[RP_TYPE_Q4_0] = &gemm_q4_0;
@@ -856,4 +1314,7 @@ void rp_kernels_fill_avx512(rp_kernels *k) {
     k->gemv[RP_TYPE_Q4_K] = gemv_q4_K;
     k->gemv[RP_TYPE_Q5_K] = gemv_q5_K;
     k->gemv[RP_TYPE_Q6_K] = gemv_q6_K;
+    k->pack[RP_TYPE_Q8_0] = &pack_q8_0;
+    k->pack[RP_TYPE_Q4_K] = &pack_q4_K;
+    k->pack[RP_TYPE_Q6_K] = &pack_q6_K;
 }

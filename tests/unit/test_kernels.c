@@ -180,6 +180,29 @@ static void check_type(rp_isa isa, int type, int n) {
                   rp_isa_name(isa), t->name, n, tk, bad);
         }
     }
+    /* weights packed in row panels: gemv over every panel (the last one partial) */
+    if (K->pack[type]) {
+        const rp_pack_ops *po = K->pack[type];
+        uint8_t *pk = rp_alloc_aligned(po->bytes(n, rows), "test"),
+                *xe = rp_alloc_aligned(po->xbytes(n) + 64, "test");
+        REQUIRE(pk && xe, "alloc");
+        po->pack(n, rows, w, rb, pk);
+        float g[40];
+        for (int tk = 0; tk < 4; tk++) {
+            po->xprep(n, xq + (size_t)tk * xb, xe);
+            for (int r = 0; r < 40; r++) g[r] = NAN;
+            po->gemv(n, rows, pk, 0, 1, xq + (size_t)tk * xb, xe, g);
+            po->gemv(n, rows, pk, 1, (rows + RP_PANEL - 1) / RP_PANEL, xq + (size_t)tk * xb, xe, g);
+            bad = 0;
+            for (int r = 0; r < rows; r++)
+                bad += !same_float(g[r], y[(size_t)tk * rows + (size_t)r], true, 0);
+            for (int r = rows; r < 40; r++) bad += !isnan(g[r]); /* nothing past the last row */
+            CHECK(!bad, "%s %s n=%d token %d: packed gemv differs from vec_dot at %d rows",
+                  rp_isa_name(isa), t->name, n, tk, bad);
+        }
+        rp_free_aligned(pk);
+        rp_free_aligned(xe);
+    }
     /* gemm over packed groups, every token count up to toks */
     const rp_gemm_ops *gm = K->gemm[type];
     if (gm) {
