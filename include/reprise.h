@@ -208,6 +208,27 @@ int rp_kv_seq_len(const rp_context *ctx, int seq);
 rp_status rp_kv_seq_truncate(rp_context *ctx, int seq, int p);
 void rp_kv_clear(rp_context *ctx);
 
+/* Sequence checkpoints. Attention caches roll back by truncation; recurrent
+ * state (Mamba2, gated delta-net) cannot. A checkpoint holds one sequence's
+ * recurrent state and length; restoring it brings the sequence back to that
+ * length: recurrent state as it was, attention caches truncated (speculative
+ * decoding saves one before verifying drafted tokens and restores it when some
+ * are rejected). A checkpoint restores while it is the latest saved for its
+ * sequence and the sequence has not been cut back (truncated, cleared) below
+ * its length since; otherwise restore refuses with RP_ERR_INVALID_ARG. Sliding-
+ * window rings limit how far back it can go, as for rp_kv_seq_truncate. */
+typedef struct rp_seq_checkpoint rp_seq_checkpoint;
+/* True when some plan step keeps recurrent state (rollback needs a checkpoint). */
+bool rp_context_has_recurrent(const rp_context *ctx);
+/* A checkpoint buffer for any one sequence of ctx (it holds the recurrent state
+ * of one sequence: nothing for attention-only plans). NULL when out of memory. */
+rp_seq_checkpoint *rp_seq_checkpoint_new(const rp_context *ctx);
+void rp_seq_checkpoint_free(rp_seq_checkpoint *ck);
+rp_status rp_seq_checkpoint_save(const rp_context *ctx, int seq, rp_seq_checkpoint *ck);
+rp_status rp_seq_checkpoint_restore(rp_context *ctx, int seq, const rp_seq_checkpoint *ck);
+/* Positions the sequence had when the checkpoint was saved; -1 before any save. */
+int rp_seq_checkpoint_len(const rp_seq_checkpoint *ck);
+
 /* ---- vocabulary ---------------------------------------------------------- */
 
 int32_t rp_vocab_n_tokens(const rp_vocab *vocab);

@@ -376,6 +376,14 @@ rp_status rp_kv_seq_truncate(rp_context *c, int seq, int p) {
         if (c->state.rec[(size_t)e * (size_t)c->n_seq + (size_t)seq] && p != c->state.seq_len[seq])
             return rp_fail(RP_ERR_UNSUPPORTED,
                            "sequence %d: recurrent state cannot be rolled back to position %d", seq, p);
+    rp_status s = rp_ctx_ring_rollback_check(c, seq, p);
+    if (s) return s;
+    c->state.seq_len[seq] = p;
+    c->state.seq_low[seq] = RP_MIN(c->state.seq_low[seq], p);
+    return RP_OK;
+}
+
+rp_status rp_ctx_ring_rollback_check(const rp_context *c, int seq, int p) {
     /* A sliding-window ring holds the last cap positions; the next token at p
      * must still find its window p-window+1 .. p-1 there. */
     for (int e = 0; e < c->state.n_steps; e++) {
@@ -389,7 +397,6 @@ rp_status rp_kv_seq_truncate(rp_context *c, int seq, int p) {
                            "positions; it cannot be rolled back from %d to %d (%d at the earliest)",
                            seq, e, c->plan->src[e], kv->cap, c->state.seq_len[seq], p, oldest + li->window - 1);
     }
-    c->state.seq_len[seq] = p;
     return RP_OK;
 }
 

@@ -72,6 +72,11 @@ rp_status rp_decode_steps(rp_context *c, const rp_batch *b, int begin, int end, 
  * the output matmul, and the final soft-cap. x is overwritten. */
 void rp_forward_output(rp_context *c, const rp_ubatch *ub, float *x, bool compacted, float *tmp);
 
+/* RP_OK when every sliding-window ring of seq still holds the window a
+ * sequence cut back to p positions needs (rp_kv_seq_truncate and checkpoint
+ * restores refuse otherwise, naming the step). */
+rp_status rp_ctx_ring_rollback_check(const rp_context *c, int seq, int p);
+
 /* The KV view of plan step e for a token's sequence. */
 static inline const rp_kv_view *rp_ctx_kv(const rp_context *c, int e, int seq) {
     return &c->state.kv[(size_t)e * (size_t)c->n_seq + (size_t)seq];

@@ -17,6 +17,11 @@ typedef struct rp_state {
     float **rec;          /* [n_steps][n_seq]; NULL when the step has no recurrent state */
     size_t *rec_floats;   /* [n_steps] */
     int *seq_len;         /* [n_seq] positions cached */
+    /* Rollback guard of sequence checkpoints (rp_seq_checkpoint_*): how many
+     * checkpoints each sequence has had saved, and the shortest length it has
+     * been cut back to since its latest one. */
+    uint32_t *seq_ckpt;   /* [n_seq] */
+    int *seq_low;         /* [n_seq] */
     uint64_t kv_bytes, rec_bytes;
     void **blocks;        /* allocations */
     int n_blocks;
@@ -28,5 +33,7 @@ rp_status rp_state_init(rp_state *st, const rp_model *m, const rp_plan *plan, in
                         int ring_extra, int type_k, int type_v);
 void rp_state_free(rp_state *st);
 void rp_state_clear_seq(rp_state *st, int seq);
+/* Recurrent state floats one sequence holds over every step. */
+size_t rp_state_rec_floats_seq(const rp_state *st);
 
 #endif

@@ -2,6 +2,7 @@
  * like llama-bench's (mean +- sample standard deviation over repetitions), and
  * a memory read-bandwidth probe for the roofline. */
 #include "model.h"
+#include "spec_opts.h"
 #include "threads.h"
 #include "tools.h"
 #include "types.h"
@@ -107,6 +108,46 @@ static bool run_tg(rp_context *ctx, const int32_t *toks, int n_gen, double *secs
     return true;
 }
 
+/* Greedy generation of n tokens after a prompt, plain: one token sampled
+ * and decoded at a time. Times the generation only. */
+static bool run_gen_plain(rp_context *ctx, const int32_t *prompt, int n_prompt, int n, int32_t *out,
+                          double *secs) {
+    rp_kv_clear(ctx);
+    rp_sampler_params sp = rp_sampler_default_params();
+    sp.temp = 0;
+    rp_sampler *smp = rp_sampler_new(&sp, rp_n_vocab(ctx));
+    if (!smp) return tool_fail("bench", RP_ERR_NOMEM), false;
+    for (int i = 0; i < n_prompt; i++) rp_sampler_accept(smp, prompt[i]);
+    rp_batch b = {.n_tokens = n_prompt, .token = prompt};
+    rp_status s = rp_decode(ctx, &b);
+    const double t0 = now_s();
+    const float *logits = rp_get_logits(ctx, n_prompt - 1);
+    for (int i = 0; i < n && !s; i++) {
+        out[i] = rp_sampler_sample(smp, logits);
+        rp_sampler_accept(smp, out[i]);
+        rp_batch one = {.n_tokens = 1, .token = &out[i]};
+        if (i + 1 < n && !(s = rp_decode(ctx, &one))) logits = rp_get_logits(ctx, 0);
+    }
+    *secs = now_s() - t0;
+    rp_sampler_free(smp);
+    if (s) tool_fail("bench", s);
+    return s == RP_OK;
+}
+
+/* The same with speculative decoding. */
+static bool run_gen_spec(rp_spec *spc, const int32_t *prompt, int n_prompt, int n, int32_t *out,
+                         double *secs) {
+    rp_sampler_params sp = rp_sampler_default_params();
+    sp.temp = 0;
+    rp_status s = rp_spec_seq_reset(spc, 0, &sp);
+    if (!s) s = rp_spec_seq_feed(spc, 0, prompt, n_prompt);
+    const double t0 = now_s();
+    for (int k = 0, i = 0; i < n && !s; i += k) s = rp_spec_step(spc, 0, n - i, out + i, &k);
+    *secs = now_s() - t0;
+    if (s) tool_fail("bench", s);
+    return s == RP_OK;
+}
+
 /* "qwen3 596.05M q8_0": architecture, parameters, weight type by bytes
  * (with '+' when 2-D weights of other types are present). */
 static void model_label(const rp_model *m, char *buf, size_t size) {
@@ -137,6 +178,9 @@ int cmd_bench(int argc, char **argv) {
     model_opts_init(&mo);
     int n_prompt = 512, n_gen = 128, reps = 5, bw_mib = 0;
     bool bw = false;
+    const char *gen_prompt = "Once upon a time";
+    spec_opts so;
+    spec_opts_init(&so);
     const arg_opt opts[] = {
         {"-p|--n-prompt", ARG_INT, &n_prompt, "N",
          "prompt tokens of the pp test (0 = skip; default 512)"},
@@ -147,9 +191,12 @@ int cmd_bench(int argc, char **argv) {
          "measure memory read bandwidth with -t threads (no model needed)"},
         {"--bandwidth-mib", ARG_INT, &bw_mib, "N",
          "size of the bandwidth probe's buffer (default 2048)"},
+        {"--gen-prompt", ARG_STR, &gen_prompt, "TEXT",
+         "with speculative decoding: the prompt greedy generation starts from (default 'Once upon "
+         "a time')"},
         {0},
     };
-    const arg_opt *tables[] = {opts, model_opts_table(&mo), NULL};
+    const arg_opt *tables[] = {opts, model_opts_table(&mo), spec_opts_table(&so), NULL};
     arg_spec spec = {
         cmd,
         "reprise bench -m MODEL [-p 512] [-n 128] [-t N] [-r 5] [--repeat-layers SPEC]",
@@ -157,15 +204,24 @@ int cmd_bench(int argc, char **argv) {
         "generation\n"
         "(tgN: N tokens one at a time from an empty cache) and prints tokens per second, mean and\n"
         "standard deviation over the repetitions, after one warm-up run. --bandwidth prints the\n"
-        "memory read bandwidth (GB/s), the roofline of generation.",
+        "memory read bandwidth (GB/s), the roofline of generation. With speculative decoding\n"
+        "(--spec, --draft-plan, --spec-mtp) it also times greedy generation of N tokens after\n"
+        "--gen-prompt, plain (genN) and speculative (genN+spec), checks that both give the same\n"
+        "tokens, and prints the acceptance rate and the speed-up.",
         tables,
         NULL,
         0,
         NULL};
     bool help;
     if (!args_parse(&spec, argc, argv, &help)) {
-        if (help) printf("\n%s\n", g_plan_help);
+        if (help) printf("\n%s\n\n%s\n", g_plan_help, g_spec_help);
         return help ? 0 : 2;
+    }
+    if (!spec_opts_check(cmd, &so, &mo)) return 2;
+    const bool use_spec = spec_opts_active(&so);
+    if (use_spec && n_gen < 1) {
+        tool_error(cmd, "speculative decoding is measured on generation: give -n N >= 1");
+        return 2;
     }
     if (n_prompt < 0 || n_gen < 0 || reps < 1 || reps > 1000 || bw_mib < 0) {
         tool_error(cmd, "-p and -n must be >= 0, -r in 1..1000");
@@ -188,8 +244,15 @@ int cmd_bench(int argc, char **argv) {
     }
     if (!mo.n_ctx) mo.n_ctx = (uint32_t)(n_prompt > n_gen ? n_prompt : n_gen) + 1;
     if (!mo.n_batch && n_prompt > 0) mo.n_batch = (uint32_t)n_prompt;
+    /* generation after a prompt of up to 512 tokens; verification batches of draft-max + 1 */
+    if (use_spec && mo.n_ctx < (uint32_t)n_gen + 513) mo.n_ctx = (uint32_t)n_gen + 513;
+    if (use_spec && mo.n_batch && mo.n_batch < RP_SPEC_DRAFT_MAX + 1)
+        mo.n_batch = RP_SPEC_DRAFT_MAX + 1;
     rp_model *model;
     rp_context *ctx;
+    rp_spec *spc = NULL;
+    int32_t *gp = NULL, *g_plain = NULL, *g_spec = NULL;
+    size_t n_gp = 0;
     int code;
     if (!tool_load(cmd, &mo, 1, &model, &ctx, &code)) return code;
     const int nv = rp_vocab_n_tokens(rp_model_vocab(model)) > 0
@@ -251,8 +314,74 @@ int cmd_bench(int argc, char **argv) {
         print_row(label, mib, mparams, used_threads, n_eff, test, stats(tps, reps));
         free(tps);
     }
+    if (use_spec) {
+        rp_status st = rp_tokenize(rp_model_vocab(model), gen_prompt, strlen(gen_prompt), true,
+                                   true, &gp, &n_gp);
+        if (st) {
+            tool_fail(cmd, st);
+            goto out;
+        }
+        if (n_gp < 1 || n_gp > 512) {
+            tool_error(cmd, "--gen-prompt has %zu tokens; give 1 to 512", n_gp);
+            goto out;
+        }
+        spc = spec_open(cmd, &so, ctx);
+        g_plain = malloc((size_t)n_gen * sizeof *g_plain);
+        g_spec = malloc((size_t)n_gen * sizeof *g_spec);
+        double *tp = malloc((size_t)reps * 2 * sizeof *tp);
+        if (!spc || !g_plain || !g_spec || !tp) {
+            if (spc) tool_fail(cmd, RP_ERR_NOMEM);
+            free(tp);
+            goto out;
+        }
+        double *ts = tp + reps, w2;
+        /* warm-up of both, then alternating repetitions */
+        bool ok = run_gen_plain(ctx, gp, (int)n_gp, n_gen < 8 ? n_gen : 8, g_plain, &w2) &&
+                  run_gen_spec(spc, gp, (int)n_gp, n_gen < 8 ? n_gen : 8, g_spec, &w2);
+        const rp_spec_stats s0 = rp_spec_get_stats(spc, 0);
+        for (int r = 0; r < reps && ok; r++) {
+            ok = run_gen_plain(ctx, gp, (int)n_gp, n_gen, g_plain, &secs[r]) &&
+                 run_gen_spec(spc, gp, (int)n_gp, n_gen, g_spec, &w2);
+            tp[r] = n_gen / secs[r];
+            ts[r] = n_gen / w2;
+        }
+        if (!ok) {
+            free(tp);
+            goto out;
+        }
+        snprintf(test, sizeof test, "gen%d", n_gen);
+        print_row(label, mib, mparams, used_threads, n_eff, test, stats(tp, reps));
+        snprintf(test, sizeof test, "gen%d+spec", n_gen);
+        print_row(label, mib, mparams, used_threads, n_eff, test, stats(ts, reps));
+        rp_spec_stats st1 = rp_spec_get_stats(spc, 0);
+        st1.steps -= s0.steps;
+        st1.drafted -= s0.drafted;
+        st1.accepted -= s0.accepted;
+        st1.generated -= s0.generated;
+        char line[512];
+        rp_spec_describe(spc, line, sizeof line);
+        printf("\n%s\n", line);
+        spec_format_stats(line, sizeof line, &st1);
+        printf("%s\nspeed-up: %.2fx over plain greedy generation (gen%d+spec / gen%d)\n", line,
+               stats(ts, reps).mean / stats(tp, reps).mean, n_gen, n_gen);
+        free(tp);
+        if (memcmp(g_plain, g_spec, (size_t)n_gen * sizeof *g_plain)) {
+            int i = 0;
+            while (g_plain[i] == g_spec[i]) i++;
+            tool_error(
+                cmd,
+                "speculative greedy generation differs from plain at token %d (%d vs %d): a bug", i,
+                g_spec[i], g_plain[i]);
+            goto out;
+        }
+        printf("tokens: identical to plain greedy generation (%d)\n", n_gen);
+    }
     ret = 0;
 out:
+    rp_spec_free(spc);
+    free(gp);
+    free(g_plain);
+    free(g_spec);
     free(toks);
     free(secs);
     rp_context_free(ctx);

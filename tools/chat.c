@@ -12,6 +12,7 @@
  * the cache is cut back to the first token that differs and decoding resumes
  * from there, so the model always sees exactly what the template says. */
 #include "chat.h"
+#include "spec_opts.h"
 #include "tools.h"
 #include "util.h"
 
@@ -79,6 +80,10 @@ typedef struct chat_state {
     int last_row; /* row of the last decode whose logits are the next token's */
     int n_predict;
     bool stats;
+    /* speculative decoding: the spec holds the conversation's tokens (the same
+     * as toks) and decodes them; NULL = plain decoding */
+    rp_spec *spec;
+    rp_sampler_params sp;
 } chat_state;
 
 static bool fed_append(chat_state *s, const char *p, size_t n) {
@@ -112,6 +117,8 @@ static void reset(chat_state *s, bool keep_system) {
     size_t keep = keep_system && s->hist.n && !strcmp(s->hist.v[0].role, "system") ? 1 : 0;
     while (s->hist.n > keep) msg_pop(&s->hist);
     rp_kv_clear(s->ctx);
+    rp_status st = s->spec ? rp_spec_seq_reset(s->spec, 0, &s->sp) : RP_OK;
+    if (st) tool_fail(s->cmd, st);
     rp_sampler_reset(s->smp);
     s->fed_len = 0;
     if (s->fed) s->fed[0] = 0;
@@ -127,6 +134,12 @@ static double now_s(void) {
 /* Decodes toks[from..n_toks) (the cache holds toks[0..from)). */
 static bool decode_from(chat_state *s, size_t from) {
     if (from >= s->n_toks) return true;
+    if (s->spec) { /* the spec decodes lazily: the last token with the next step */
+        rp_status st = rp_spec_seq_feed(s->spec, 0, s->toks + from, (int)(s->n_toks - from));
+        if (st) return tool_fail(s->cmd, st), false;
+        for (size_t i = from; i < s->n_toks; i++) rp_sampler_accept(s->smp, s->toks[i]);
+        return true;
+    }
     rp_batch b = {.n_tokens = (int32_t)(s->n_toks - from), .token = s->toks + from};
     rp_status st = rp_decode(s->ctx, &b);
     if (st) {
@@ -172,6 +185,7 @@ static bool feed(chat_state *s, const char *full, size_t *n_new, size_t *n_reuse
         *n_reused = from;
         if (n == 0) { /* nothing new: re-decode the last token for fresh logits */
             if (from == 0) return tool_error(s->cmd, "the rendered conversation is empty"), false;
+            if (s->spec) return true; /* its last token is decoded with the next step anyway */
             if ((st = rp_kv_seq_truncate(s->ctx, 0, (int)from - 1)))
                 return tool_fail(s->cmd, st), false;
             return decode_from(s, from - 1);
@@ -192,7 +206,8 @@ static bool feed(chat_state *s, const char *full, size_t *n_new, size_t *n_reuse
     size_t k = 0;
     while (k < n && k < s->n_toks && t[k] == s->toks[k]) k++;
     if (k == n && k > 0) k--; /* always decode at least the last token */
-    if ((st = rp_kv_seq_truncate(s->ctx, 0, (int)k))) {
+    if ((st = s->spec ? rp_spec_seq_truncate(s->spec, 0, (int)k)
+                      : rp_kv_seq_truncate(s->ctx, 0, (int)k))) {
         free(t);
         return tool_fail(s->cmd, st), false;
     }
@@ -209,9 +224,55 @@ static bool feed(chat_state *s, const char *full, size_t *n_new, size_t *n_reuse
     return decode_from(s, k);
 }
 
+/* answer() with speculative decoding: each step gives one or more tokens,
+ * handled as plain decoding handles each; the spec stops at the end-of-turn
+ * token and never goes past the limits it is given, so its tokens and the
+ * cache's stay the same. */
+static bool answer_spec(chat_state *s, rp_buf *text, int *n_gen, const char **why) {
+    char piece[512];
+    *n_gen = 0;
+    *why = "end of turn";
+    const uint32_t n_ctx = rp_context_n_ctx(s->ctx);
+    int32_t out[RP_SPEC_DRAFT_MAX + 1];
+    for (;;) {
+        if (g_interrupt) {
+            *why = "interrupted";
+            break;
+        }
+        if (s->n_predict >= 0 && *n_gen >= s->n_predict) {
+            *why = "token limit";
+            break;
+        }
+        if (s->n_toks >= n_ctx) {
+            *why = "context full";
+            break;
+        }
+        int max_new = (int)(n_ctx - s->n_toks);
+        if (s->n_predict >= 0 && s->n_predict - *n_gen < max_new) max_new = s->n_predict - *n_gen;
+        int k = 0;
+        rp_status st = rp_spec_step(s->spec, 0, max_new, out, &k);
+        if (st) return tool_fail(s->cmd, st), false;
+        for (int i = 0; i < k; i++) {
+            bool eog = rp_vocab_is_eog(s->vocab, out[i]);
+            int n = rp_token_to_piece(s->vocab, out[i], eog, piece, sizeof piece);
+            if (n > (int)sizeof piece - 1) n = (int)sizeof piece - 1;
+            if (!toks_append(s, &out[i], 1) || !fed_append(s, piece, (size_t)n))
+                return tool_fail(s->cmd, RP_ERR_NOMEM), false;
+            rp_sampler_accept(s->smp, out[i]);
+            if (eog) return true;
+            rp_buf_append(text, piece, (size_t)n);
+            fwrite(piece, 1, (size_t)n, stdout);
+            (*n_gen)++;
+        }
+        fflush(stdout);
+    }
+    return true;
+}
+
 /* Samples an answer, streaming it to stdout; its tokens (and the
  * end-of-turn token that closes it) join the cache. */
 static bool answer(chat_state *s, rp_buf *text, int *n_gen, const char **why) {
+    if (s->spec) return answer_spec(s, text, n_gen, why);
     char piece[512];
     *n_gen = 0;
     *why = "end of turn";
@@ -272,6 +333,7 @@ static bool turn(chat_state *s, const char *line, size_t len, int index) {
     int n_gen = 0;
     const char *why = "";
     g_interrupt = 0;
+    const rp_spec_stats st0 = s->spec ? rp_spec_get_stats(s->spec, 0) : (rp_spec_stats){0};
     ok = answer(s, &text, &n_gen, &why);
     double t2 = now_s();
     fputc('\n', stdout);
@@ -289,6 +351,16 @@ static bool turn(chat_state *s, const char *line, size_t len, int index) {
                 "ms (%.1f t/s), %s; cache %zu/%u]\n",
                 index, n_new, n_reused, (t1 - t0) * 1e3, n_gen, (t2 - t1) * 1e3,
                 n_gen / (t2 - t1 > 0 ? t2 - t1 : 1e-9), why, s->n_toks, rp_context_n_ctx(s->ctx));
+    if (s->stats && s->spec) {
+        rp_spec_stats sd = rp_spec_get_stats(s->spec, 0);
+        sd.steps -= st0.steps;
+        sd.drafted -= st0.drafted;
+        sd.accepted -= st0.accepted;
+        sd.generated -= st0.generated;
+        char msg[256];
+        spec_format_stats(msg, sizeof msg, &sd);
+        fprintf(stderr, "[%s]\n", msg);
+    }
     return ok;
 }
 
@@ -301,6 +373,8 @@ int cmd_chat(int argc, char **argv) {
     int n_predict = -1;
     uint64_t seed = 0xFFFFFFFFu;
     bool no_think = false, stats = false;
+    spec_opts so;
+    spec_opts_init(&so);
     const arg_opt opts[] = {
         {"--system", ARG_STR, &system, "TEXT", "system message"},
         {"--chat-template", ARG_STR, &tmpl_name, "NAME",
@@ -319,7 +393,7 @@ int cmd_chat(int argc, char **argv) {
          "after each answer, tokens decoded, reused and generated (stderr)"},
         {0},
     };
-    const arg_opt *tables[] = {opts, model_opts_table(&mo), NULL};
+    const arg_opt *tables[] = {opts, model_opts_table(&mo), spec_opts_table(&so), NULL};
     arg_spec spec = {cmd,
                      "reprise chat -m MODEL [--system TEXT] [options]",
                      "A conversation through the model's chat template. On a terminal: line "
@@ -333,9 +407,11 @@ int cmd_chat(int argc, char **argv) {
                      NULL};
     bool help;
     if (!args_parse(&spec, argc, argv, &help)) {
-        if (help) printf("\nchat templates: %s\n\n%s\n", rp_chat_names(), g_plan_help);
+        if (help)
+            printf("\nchat templates: %s\n\n%s\n\n%s\n", rp_chat_names(), g_plan_help, g_spec_help);
         return help ? 0 : 2;
     }
+    if (!spec_opts_check(cmd, &so, &mo)) return 2;
     sp.seed = seed;
     if (sp.temp < 0) sp.temp = 0;
     if (sp.top_p <= 0 || sp.top_p > 1 || sp.min_p < 0 || sp.min_p > 1 || sp.repeat_penalty <= 0) {
@@ -360,6 +436,15 @@ int cmd_chat(int argc, char **argv) {
     if (!s.smp) {
         tool_fail(cmd, RP_ERR_NOMEM);
         goto out;
+    }
+    s.sp = sp;
+    if (spec_opts_active(&so)) {
+        s.spec = spec_open(cmd, &so, ctx);
+        rp_status st = s.spec ? rp_spec_seq_reset(s.spec, 0, &sp) : RP_OK;
+        if (!s.spec || st) {
+            if (st) tool_fail(cmd, st);
+            goto out;
+        }
     }
     if (system && !msg_push(&s.hist, "system", system, strlen(system))) goto out;
     /* refuse a template we cannot render before the first question */
@@ -438,6 +523,7 @@ out:
     free(s.fed);
     free(s.toks);
     rp_sampler_free(s.smp);
+    rp_spec_free(s.spec);
     rp_context_free(ctx);
     rp_model_free(model);
     return ret;

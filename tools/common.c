@@ -302,6 +302,7 @@ bool tool_load(const char *cmd, const model_opts *o, uint32_t n_seq, rp_model **
     cp.type_v = o->type_v;
     cp.repeat_layers = o->repeat_layers;
     cp.layer_map = o->layer_map;
+    cp.keep_hidden = o->keep_hidden;
     s = rp_context_new(*model, &cp, ctx);
     if (s) {
         tool_fail(cmd, s);

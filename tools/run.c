@@ -1,4 +1,5 @@
 /* reprise run: generate a continuation of a prompt; reprise tokenize. */
+#include "spec_opts.h"
 #include "tools.h"
 
 #include <errno.h>
@@ -32,6 +33,65 @@ static bool write_logits(const char *cmd, const char *path, rp_context *ctx, int
     return true;
 }
 
+/* Generation with speculative decoding: the same stop rules, output and
+ * timing line as plain decoding, and the draft's acceptance. */
+static int run_spec(const char *cmd, rp_spec *spc, const rp_vocab *vocab, const rp_sampler_params *sp,
+                    const int32_t *toks, size_t n_tok, int n_predict, uint32_t n_ctx) {
+    double t0 = now_s();
+    rp_status s = rp_spec_seq_reset(spc, 0, sp);
+    if (!s) s = rp_spec_seq_feed(spc, 0, toks, (int)n_tok);
+    if (s) return tool_fail(cmd, s);
+    double t_prompt = now_s() - t0, t1 = now_s();
+    int n_gen = 0;
+    const char *stop_reason = "end of text";
+    char piece[512];
+    int32_t out[RP_SPEC_DRAFT_MAX + 1];
+    bool done = false;
+    while (!done) {
+        /* plain decoding's limits: n_predict printed tokens; the last token
+         * sampled at position n_ctx */
+        int max_new = (int)n_ctx + 1 - rp_spec_seq_len(spc, 0);
+        if (n_predict >= 0 && n_predict - n_gen < max_new) max_new = n_predict - n_gen;
+        if (n_predict >= 0 && n_gen >= n_predict) {
+            stop_reason = "token limit";
+            break;
+        }
+        int k = 0;
+        if ((s = rp_spec_step(spc, 0, max_new, out, &k))) return tool_fail(cmd, s);
+        for (int i = 0; i < k && !done; i++) {
+            if (rp_vocab_is_eog(vocab, out[i])) {
+                done = true;
+                break;
+            }
+            int n = rp_token_to_piece(vocab, out[i], false, piece, sizeof piece);
+            fwrite(piece, 1, (size_t)(n < (int)sizeof piece ? n : (int)sizeof piece - 1), stdout);
+            n_gen++;
+        }
+        fflush(stdout);
+        if (!done && (uint32_t)rp_spec_seq_len(spc, 0) > n_ctx) {
+            stop_reason = "context full";
+            if (g_verbosity > 0)
+                fprintf(stderr, "\nreprise run: context full (%u positions); stopping (raise -c for longer output)\n",
+                        n_ctx);
+            done = true;
+        }
+    }
+    double t_gen = now_s() - t1;
+    fputc('\n', stdout);
+    if (g_verbosity > 0) {
+        fprintf(stderr,
+                "timing: prompt %zu tokens in %.1f ms (%.2f t/s); generation %d tokens in %.1f ms (%.2f t/s); "
+                "stopped: %s\n",
+                n_tok, t_prompt * 1e3, (double)n_tok / (t_prompt > 0 ? t_prompt : 1e-9), n_gen, t_gen * 1e3,
+                n_gen / (t_gen > 0 ? t_gen : 1e-9), stop_reason);
+        const rp_spec_stats st = rp_spec_get_stats(spc, 0);
+        char line[256];
+        spec_format_stats(line, sizeof line, &st);
+        fprintf(stderr, "%s\n", line);
+    }
+    return 0;
+}
+
 int cmd_run(int argc, char **argv) {
     const char *cmd = "run";
     model_opts mo;
@@ -42,6 +102,8 @@ int cmd_run(int argc, char **argv) {
     uint64_t seed = 0xFFFFFFFFu;
     bool no_special = false;
     float repeat_penalty = 1.0f;
+    spec_opts so;
+    spec_opts_init(&so);
     const arg_opt opts[] = {
         {"-p|--prompt", ARG_STR, &prompt, "TEXT", "prompt"},
         {"-f|--file", ARG_STR, &file, "FILE", "read the prompt from a file"},
@@ -60,18 +122,23 @@ int cmd_run(int argc, char **argv) {
         {"--no-parse-special", ARG_FLAG, &no_special, NULL, "treat control-token text in the prompt as plain text"},
         {0},
     };
-    const arg_opt *tables[] = {opts, model_opts_table(&mo), NULL};
+    const arg_opt *tables[] = {opts, model_opts_table(&mo), spec_opts_table(&so), NULL};
     arg_spec spec = {cmd, "reprise run -m MODEL -p PROMPT [options]",
                      "Generates a continuation of the prompt. stdout carries only the generated text, streamed;\n"
                      "the model, the plan and a timing line go to stderr.\n\n",
                      tables, NULL, 0, NULL};
     bool help;
     if (!args_parse(&spec, argc, argv, &help)) {
-        if (help) printf("\n%s\n", g_plan_help);
+        if (help) printf("\n%s\n\n%s\n", g_plan_help, g_spec_help);
         return help ? 0 : 2;
     }
     sp.seed = seed;
     sp.repeat_penalty = repeat_penalty;
+    if (!spec_opts_check(cmd, &so, &mo)) return 2;
+    if (spec_opts_active(&so) && dump) {
+        tool_error(cmd, "--dump-logits writes the prompt's logits; it does not combine with speculative decoding");
+        return 2;
+    }
     if (sp.temp < 0) sp.temp = 0;
     if ((prompt != NULL) + (file != NULL) + (tokens_arg != NULL) > 1) {
         tool_error(cmd, "give one of -p, -f and --tokens");
@@ -95,6 +162,7 @@ int cmd_run(int argc, char **argv) {
     char *text = NULL;
     int ret = 1;
     rp_sampler *smp = NULL;
+    rp_spec *spc = NULL;
     int8_t *want = NULL;
     if (tokens_arg) {
         if (!parse_int_list(tokens_arg, &toks, &n_tok) || n_tok == 0) {
@@ -128,6 +196,12 @@ int cmd_run(int argc, char **argv) {
     uint32_t n_ctx = rp_context_n_ctx(ctx);
     if (n_tok > n_ctx) {
         tool_error(cmd, "the prompt has %zu tokens, more than the context size %u (raise -c)", n_tok, n_ctx);
+        goto out;
+    }
+    if (spec_opts_active(&so)) {
+        spc = spec_open(cmd, &so, ctx);
+        if (!spc) goto out;
+        ret = run_spec(cmd, spc, vocab, &sp, toks, n_tok, n_predict, n_ctx);
         goto out;
     }
     want = calloc(n_tok, 1);
@@ -194,6 +268,7 @@ int cmd_run(int argc, char **argv) {
                 n_gen / (t_gen > 0 ? t_gen : 1e-9), stop_reason);
     ret = 0;
 out:
+    rp_spec_free(spc);
     rp_sampler_free(smp);
     free(want);
     free(toks);

@@ -86,6 +86,7 @@ typedef struct model_opts {
     const char *layer_map;
     bool dump_plan;
     bool quiet;
+    bool keep_hidden; /* the context keeps final hidden states (speculative MTP drafting) */
 } model_opts;
 
 void model_opts_init(model_opts *o);
