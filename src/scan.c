@@ -5,11 +5,13 @@
 #include "context.h"
 #include "util.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- metrics ------------------------------------------------------------- */
 
@@ -377,9 +379,12 @@ struct rp_scan {
     bool reuse;
     bool have_identity;
     rp_scan_result identity;
-    /* kld: the identity's scored rows, encoded as the base file encodes them */
-    unsigned char *base; /* [n_scored][row_bytes] */
+    /* kld: the identity's scored rows, encoded as the base file encodes them,
+     * in memory or (larger than kld_mem_max) in an unlinked temporary file
+     * read back one sequence at a time */
+    unsigned char *base; /* [n_scored][row_bytes], or [one sequence's rows] with a file */
     size_t row_bytes;
+    int base_fd; /* -1: in memory */
     /* prefix reuse */
     float *h;   /* [n_rows][n_embd]: residual stream after step h_step - 1 */
     int h_step; /* -1: nothing held */
@@ -400,6 +405,7 @@ struct rp_scan {
 void rp_scan_free(rp_scan *s) {
     if (!s) return;
     free(s->base);
+    if (s->base_fd >= 0) close(s->base_fd);
     rp_free_aligned(s->h);
     free(s->btok);
     free(s->bpos);
@@ -443,6 +449,7 @@ rp_status rp_scan_new(const rp_model *m, const rp_scan_set *set, const rp_scan_p
     s->n_vocab = m->hp.n_vocab;
     s->reuse = p->reuse && m->arch->step_ranges;
     s->h_step = -1;
+    s->base_fd = -1;
     int max_rows = 1;
     size_t max_group_tok = 0;
     for (int g = 0; g < set->n_group; g++) {
@@ -470,6 +477,23 @@ rp_status rp_scan_new(const rp_model *m, const rp_scan_set *set, const rp_scan_p
         if (!rp_mul_size(s->row_bytes, set->n_scored, &bytes)) {
             st = rp_fail(RP_ERR_NOMEM, "scan: the identity's distributions overflow memory");
             goto fail;
+        }
+        const size_t mem_max = p->kld_mem_max ? p->kld_mem_max : RP_SCAN_KLD_MEM_MAX;
+        if (bytes > mem_max) {
+            /* a temporary file, unlinked at once: nothing is left behind */
+            const char *dir = getenv("TMPDIR");
+            char path[4096];
+            snprintf(path, sizeof path, "%s/reprise-scan-kld.XXXXXX", dir && *dir ? dir : "/tmp");
+            s->base_fd = mkstemp(path);
+            if (s->base_fd < 0) {
+                st = rp_fail(RP_ERR_IO,
+                             "scan: the identity's distributions (%.1f MiB) need a temporary file; "
+                             "cannot create '%s': %s (set TMPDIR)",
+                             (double)bytes / 1048576.0, path, strerror(errno));
+                goto fail;
+            }
+            unlink(path);
+            bytes = s->row_bytes * (size_t)max_rows;
         }
         if (!(s->base = rp_malloc(bytes, "the identity plan's distributions"))) {
             st = rp_fail_prefix(RP_ERR_NOMEM, "scan (%.1f MiB for %zu scored tokens)",
@@ -527,20 +551,32 @@ static rp_status consume(rp_scan *s, int q, const float *const *rows) {
     const int32_t *tok = set->tok + sq->tok;
     const int n = sq->n_dec - sq->score_from;
     rp_status st;
+    /* this sequence's rows of the identity's distributions */
+    unsigned char *rows_base = s->base_fd >= 0 ? s->base : s->base + sq->scored * s->row_bytes;
+    const size_t seq_bytes = (size_t)n * s->row_bytes;
+    const off_t seq_off = (off_t)(sq->scored * s->row_bytes);
     if (s->p.metric == RP_SCAN_KLD && s->recording) {
         for (int k = 0; k < n; k++) {
-            unsigned char *dst = s->base + (sq->scored + (size_t)k) * s->row_bytes;
+            unsigned char *dst = rows_base + (size_t)k * s->row_bytes;
             if ((st = rp_kld_encode_row(rows[k], s->n_vocab, tok[sq->score_from + k + 1], dst)))
                 return rp_fail_prefix(st, "identity plan, sequence %d, row %d", q,
                                       sq->score_from + k);
         }
+        if (s->base_fd >= 0 &&
+            pwrite(s->base_fd, rows_base, seq_bytes, seq_off) != (ssize_t)seq_bytes)
+            return rp_fail(RP_ERR_IO,
+                           "scan: writing the identity's distributions to a temporary file: %s",
+                           strerror(errno));
         return RP_OK;
     }
     if (s->p.metric == RP_SCAN_KLD) {
+        if (s->base_fd >= 0 &&
+            pread(s->base_fd, rows_base, seq_bytes, seq_off) != (ssize_t)seq_bytes)
+            return rp_fail(RP_ERR_IO, "scan: reading the identity's distributions back: %s",
+                           errno ? strerror(errno) : "short read");
         for (int k = 0; k < n; k++) {
             rp_kld_row base;
-            if ((st = rp_kld_decode_row(s->base + (sq->scored + (size_t)k) * s->row_bytes,
-                                        s->n_vocab, &base)))
+            if ((st = rp_kld_decode_row(rows_base + (size_t)k * s->row_bytes, s->n_vocab, &base)))
                 return rp_fail_prefix(st, "identity plan's row %zu", sq->scored + (size_t)k);
             if ((st = rp_kld_add(&s->kld, rows[k], &base, tok[sq->score_from + k + 1], NULL)))
                 return st;

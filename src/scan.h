@@ -115,12 +115,18 @@ rp_status rp_scan_blocks(int n_layer, int start, int end, int max_extra, rp_scan
 
 /* ---- evaluation ---------------------------------------------------------- */
 
+#define RP_SCAN_KLD_MEM_MAX ((size_t)256 << 20)
+
 typedef struct rp_scan_params {
     rp_scan_metric metric;
     int n_threads; /* 0: physical cores */
     int type_k, type_v;
     int n_batch; /* tokens per micro-batch; 0 = 512 */
     bool reuse;  /* prefix reuse (falls back to whole plans where the architecture cannot) */
+    /* kld: the identity's encoded distributions stay in memory up to this many
+     * bytes (0: RP_SCAN_KLD_MEM_MAX), beyond it in an unlinked temporary file
+     * under $TMPDIR (or /tmp) */
+    size_t kld_mem_max;
     /* Called between decode calls with the fraction of the current
      * evaluation done; returning false cancels it (RP_ERR_CANCELLED). */
     rp_progress_fn progress;
@@ -150,7 +156,8 @@ rp_status rp_scan_block_eval(rp_scan *s, int i, int j, rp_scan_result *r);
 /* Whether blocks run from the saved prefix (false: reuse off, or an
  * architecture whose forward runs whole plans only). */
 bool rp_scan_reusing(const rp_scan *s);
-/* Bytes held for the prefix hidden states and the identity's distributions. */
+/* Bytes of memory held for the prefix hidden states and the identity's
+ * distributions. */
 uint64_t rp_scan_bytes(const rp_scan *s);
 /* Plan steps run per decoded token so far, all evaluations together (the
  * work the reuse saves shows here). */

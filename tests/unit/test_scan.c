@@ -280,7 +280,39 @@ void test_scan_matches_eval_core(void) {
         CHECK(r.value == st.kld.val && r.unc == st.kld.unc && r.delta == r.value,
               "block 1,3 KLD %.12g, eval core %.12g", r.value, st.kld.val);
         CHECK(r.value > 0.01, "a repeated block moves the distributions: %g", r.value);
+        const uint64_t mem_bytes = rp_scan_bytes(s);
         rp_scan_free(s);
+        /* the identity's distributions in a temporary file instead of memory */
+        rp_scan_params pf = {.metric = RP_SCAN_KLD,
+                             .n_threads = 1,
+                             .type_k = RP_TYPE_F32,
+                             .type_v = RP_TYPE_F32,
+                             .n_batch = 128,
+                             .reuse = reuse,
+                             .kld_mem_max = 1};
+        REQUIRE(rp_scan_new(m, &set, &pf, &s) == RP_OK, "%s", rp_last_error());
+        /* one sequence's rows (31 at c = 64) stay in memory instead of all of them */
+        const uint64_t rb = rp_kld_row_bytes(w.n_vocab);
+        CHECK(rp_scan_bytes(s) + (set.n_scored - 31) * rb == mem_bytes,
+              "%llu bytes, %llu in memory", (unsigned long long)rp_scan_bytes(s),
+              (unsigned long long)mem_bytes);
+        REQUIRE(rp_scan_identity(s, &r) == RP_OK, "%s", rp_last_error());
+        REQUIRE(rp_scan_block_eval(s, 1, 3, &r) == RP_OK, "%s", rp_last_error());
+        CHECK(r.value == st.kld.val, "block 1,3 KLD from a file %.12g, eval core %.12g", r.value,
+              st.kld.val);
+        rp_scan_free(s);
+        /* nowhere to put the file: refused with the path and the way out */
+        const char *tmpdir = getenv("TMPDIR");
+        char *saved = tmpdir ? strdup(tmpdir) : NULL;
+        setenv("TMPDIR", "/nonexistent-reprise-dir", 1);
+        CHECK(rp_scan_new(m, &set, &pf, &s) == RP_ERR_IO && strstr(rp_last_error(), "set TMPDIR") &&
+                  strstr(rp_last_error(), "/nonexistent-reprise-dir/"),
+              "%s", rp_last_error());
+        if (saved)
+            setenv("TMPDIR", saved, 1);
+        else
+            unsetenv("TMPDIR");
+        free(saved);
     }
     rp_scan_set_free(&set);
     free(tokens);
