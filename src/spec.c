@@ -25,6 +25,8 @@
 #include <string.h>
 
 #define DEFAULT_DRAFT_MAX 8
+/* llama.cpp's default: a draft token the draft itself doubts is rarely kept */
+#define DEFAULT_P_MIN 0.75f
 /* rows per target decode while the MTP head needs every row's hidden state
  * (each row then also gets logits: this bounds that buffer) */
 #define HIDDEN_CHUNK 64
@@ -72,6 +74,7 @@ struct rp_spec {
 rp_spec_params rp_spec_default_params(void) {
     rp_spec_params p = {0};
     p.draft_max = DEFAULT_DRAFT_MAX;
+    p.p_min = DEFAULT_P_MIN;
     return p;
 }
 

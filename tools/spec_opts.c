@@ -37,7 +37,7 @@ const arg_opt *spec_opts_table(spec_opts *o) {
         {"--draft-min", ARG_INT, &o->draft_min, "N",
          "drafts shorter than N are not verified (default 0)"},
         {"--draft-p-min", ARG_FLOAT, &o->p_min, "P",
-         "stop drafting at a token the draft gives less than P (default 0)"},
+         "stop drafting at a token the draft gives less than P (default 0.75)"},
         {0},
     };
     memcpy(t, src, sizeof src);

@@ -18,13 +18,13 @@ same_text() {
 }
 
 TOK="1,50,260,300,301,77,90,400"
-same_text greedy_stories "$M" "" "--draft-plan 0,1,3,4 --draft-max 4" -p "Once upon a time"
+same_text greedy_stories "$M" "" "--draft-plan 0,1,3,4 --draft-max 4 --draft-p-min 0" -p "Once upon a time"
 same_text greedy_stories_repeat "$M" "--repeat-layers 1,3" "--spec" -p "Once upon a time"
-same_text greedy_qwen3 "$Q3" "" "--draft-plan 0..2,5..7 --draft-max 3" --tokens "$TOK"
+same_text greedy_qwen3 "$Q3" "" "--draft-plan 0..2,5..7 --draft-max 3 --draft-p-min 0" --tokens "$TOK"
 same_text greedy_qwen3_repeat "$Q3" "--repeat-layers 2,5" "--spec --draft-max 3" --tokens "$TOK"
-same_text greedy_qwen35_mtp "$Q35" "" "--spec-mtp --draft-max 3" --tokens "$TOK"
+same_text greedy_qwen35_mtp "$Q35" "" "--spec-mtp --draft-max 3 --draft-p-min 0" --tokens "$TOK"
 same_text greedy_qwen35_mtp_repeat "$Q35" "--repeat-layers 2,6" "--spec-mtp --draft-max 2" --tokens "$TOK"
-same_text greedy_qwen35_draft_plan "$Q35" "--repeat-layers 2,6" "--draft-plan 0..2,4..7 --draft-max 3" --tokens "$TOK"
+same_text greedy_qwen35_draft_plan "$Q35" "--repeat-layers 2,6" "--draft-plan 0..2,4..7 --draft-max 3 --draft-p-min 0" --tokens "$TOK"
 
 # the draft's description names its plan and never the target's
 "$BIN" run -m "$M" --repeat-layers 1,3 --spec -p hi -n 2 --temp 0 2>&1 >/dev/null | grep -q "draft: the trunk once (5 of the target's 7 steps)" \
@@ -38,7 +38,7 @@ same_text greedy_qwen35_draft_plan "$Q35" "--repeat-layers 2,6" "--draft-plan 0.
 
 # the context fills as in plain decoding
 "$BIN" run -m "$M" -p "Once upon a time" -c 24 --temp 0 > "$T/a.txt" 2>/dev/null
-"$BIN" run -m "$M" -p "Once upon a time" -c 24 --temp 0 --spec --draft-max 6 > "$T/b.txt" 2> "$T/b.err"
+"$BIN" run -m "$M" -p "Once upon a time" -c 24 --temp 0 --spec --draft-max 6 --draft-p-min 0 > "$T/b.txt" 2> "$T/b.err"
 cmp -s "$T/a.txt" "$T/b.txt" && grep -q "stopped: context full" "$T/b.err" && ok context_full || fail context_full "$(tail -2 "$T/b.err")"
 
 # chat: the same answers, turn after turn
@@ -47,7 +47,7 @@ printf 'Hello there\nTell me a story\n' > "$T/chat.in"
 "$BIN" chat -m "$M" --chat-template chatml --temp 0 -n 30 -t 1 --draft-plan 0,2,3,4 --stats < "$T/chat.in" > "$T/c2.txt" 2> "$T/c.err"
 if cmp -s "$T/c1.txt" "$T/c2.txt" && [ "$(grep -c '^\[speculative:' "$T/c.err")" -eq 2 ]; then ok chat_same_answers; else fail chat_same_answers "$(tail -3 "$T/c.err")"; fi
 "$BIN" chat -m "$Q35" --chat-template chatml --temp 0 -n 20 -t 1 < "$T/chat.in" > "$T/c1.txt" 2>/dev/null
-"$BIN" chat -m "$Q35" --chat-template chatml --temp 0 -n 20 -t 1 --spec-mtp < "$T/chat.in" > "$T/c2.txt" 2> "$T/c.err"
+"$BIN" chat -m "$Q35" --chat-template chatml --temp 0 -n 20 -t 1 --spec-mtp --draft-p-min 0 < "$T/chat.in" > "$T/c2.txt" 2> "$T/c.err"
 cmp -s "$T/c1.txt" "$T/c2.txt" && ok chat_mtp_same_answers || fail chat_mtp_same_answers "$(tail -3 "$T/c.err")"
 
 # bench: plain and speculative generation side by side
@@ -61,6 +61,7 @@ expect_error mtp_without_head "no NextN/MTP head" "$BIN" run -m "$M" -p hi --spe
 expect_error mtp_and_plan "alternatives" "$BIN" run -m "$Q35" -p hi --spec-mtp --draft-plan 0..3
 expect_error bad_draft_plan "draft plan '0..9'" "$BIN" run -m "$M" -p hi --draft-plan 0..9
 expect_error draft_max_range "outside 1..64" "$BIN" run -m "$M" -p hi --spec --draft-max 65
+expect_error p_min_range "p-min 2" "$BIN" run -m "$M" -p hi --spec --draft-p-min 2
 expect_error draft_min_range "draft-min 9" "$BIN" run -m "$M" -p hi --spec --draft-max 4 --draft-min 9
 expect_error dump_logits "does not combine" "$BIN" run -m "$M" -p hi --spec --dump-logits "$T/x.f32"
 expect_error small_batch "micro-batch" "$BIN" run -m "$M" -p hi --spec -b 4

@@ -261,6 +261,7 @@ static void check_seqs_and_truncate(const char *model, const char *draft_plan, b
     p.draft_plan = draft_plan;
     p.mtp = mtp;
     p.draft_max = 3;
+    p.p_min = 0;
     rp_spec *s = NULL;
     REQUIRE(t && rp_spec_new(t, &p, &s) == RP_OK, "%s", rp_last_error());
     REQUIRE(rp_spec_seq_reset(s, 0, &sp) == RP_OK && rp_spec_seq_reset(s, 1, &sp) == RP_OK,
@@ -541,6 +542,7 @@ void test_spec_sampling_stories(void) {
     rp_spec_params p = rp_spec_default_params();
     p.draft_plan = "0..2,4";
     p.draft_max = 2;
+    p.p_min = 0;
     rp_spec *s = NULL;
     REQUIRE(t && rp_spec_new(t, &p, &s) == RP_OK, "%s", rp_last_error());
     const long N = 2000;
