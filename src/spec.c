@@ -44,6 +44,13 @@ typedef struct spec_seq {
      * [hid_pos, hid_pos + hid_n) */
     float *hid; /* [hid_cap][n_embd] */
     int hid_pos, hid_n, hid_cap;
+    /* between rp_spec_prepare and rp_spec_finish */
+    bool prepared;
+    int p_h;  /* history length at prepare */
+    int p_nd; /* tokens drafted */
+    int32_t drafts[RP_SPEC_DRAFT_MAX];
+    float *q;                       /* [draft_max][n_vocab] draft distributions (sampling) */
+    rp_seq_checkpoint *ck_t, *ck_d; /* saved before the speculative rows */
 } spec_seq;
 
 struct rp_spec {
@@ -54,14 +61,11 @@ struct rp_spec {
     char *draft_plan; /* owned copy ("" = trunk once) */
     int n_seq, n_ctx, n_vocab, n_embd;
     bool t_rec, d_rec;
-    rp_seq_checkpoint *ck_t, *ck_d; /* used within one step */
-    spec_seq *seq;                  /* [n_seq] */
+    spec_seq *seq; /* [n_seq] */
     /* scratch */
     int32_t *b_tok, *b_seq; /* [b_cap] */
     int8_t *b_want;         /* [b_cap] */
     int b_cap;
-    int32_t drafts[RP_SPEC_DRAFT_MAX];
-    float *q;        /* [draft_max][n_vocab] draft distributions (sampling) */
     float *pv;       /* [n_vocab] target distribution of a row */
     float *h_logits; /* [n_vocab] MTP head logits */
     float *h_cur;    /* [n_embd] the head's last h_nextn */
@@ -131,6 +135,9 @@ static float top_prob(const float *logits, int n) {
 static void seq_free(spec_seq *q) {
     free(q->tok);
     free(q->hid);
+    free(q->q);
+    rp_seq_checkpoint_free(q->ck_t);
+    rp_seq_checkpoint_free(q->ck_d);
     rp_sampler_free(q->smp);
     rp_sampler_free(q->dsmp);
     memset(q, 0, sizeof *q);
@@ -143,15 +150,12 @@ void rp_spec_free(rp_spec *s) {
         rp_context_free(s->d);
     }
     rp_qwen35_mtp_free(s->head);
-    rp_seq_checkpoint_free(s->ck_t);
-    rp_seq_checkpoint_free(s->ck_d);
     for (int i = 0; s->seq && i < s->n_seq; i++) seq_free(&s->seq[i]);
     free(s->seq);
     free(s->draft_plan);
     free(s->b_tok);
     free(s->b_seq);
     free(s->b_want);
-    free(s->q);
     free(s->pv);
     free(s->h_logits);
     free(s->h_cur);
@@ -215,10 +219,8 @@ rp_status rp_spec_new(rp_context *t, const rp_spec_params *params, rp_spec **out
     const size_t nv = (size_t)s->n_vocab, ne = (size_t)s->n_embd;
     const int h_rows = HIDDEN_CHUNK + RP_SPEC_DRAFT_MAX + 1;
     s->seq = rp_calloc((size_t)s->n_seq, sizeof *s->seq, "speculative sequences");
-    s->q = rp_malloc((size_t)p.draft_max * nv * sizeof(float), "draft distributions");
     s->pv = rp_malloc(nv * sizeof(float), "target distribution");
-    s->ck_t = rp_seq_checkpoint_new(t);
-    if (!s->draft_plan || !s->seq || !s->q || !s->pv || !s->ck_t) {
+    if (!s->draft_plan || !s->seq || !s->pv) {
         st = RP_ERR_NOMEM;
         goto fail;
     }
@@ -254,11 +256,6 @@ rp_status rp_spec_new(rp_context *t, const rp_spec_params *params, rp_spec **out
         rp_pool_free(s->d->cc.pool);
         s->d->cc.pool = t->cc.pool;
         s->d_rec = rp_context_has_recurrent(s->d);
-        s->ck_d = rp_seq_checkpoint_new(s->d);
-        if (!s->ck_d) {
-            st = RP_ERR_NOMEM;
-            goto fail;
-        }
     }
     *out = s;
     return RP_OK;
@@ -355,7 +352,7 @@ static bool take(spec_seq *q, const int32_t *t, int n) {
 
 /* MTP: stores the hidden states of the output rows of the target's last
  * decode (rows [0, n) at positions pos0 + row) that the buffer lacks. */
-static rp_status hid_store(rp_spec *s, spec_seq *q, int pos0, int n) {
+static rp_status hid_store_rows(rp_spec *s, spec_seq *q, int pos0, int row0, int n) {
     const size_t ne = (size_t)s->n_embd;
     for (int i = 0; i < n; i++) {
         const int pos = pos0 + i;
@@ -366,7 +363,7 @@ static rp_status hid_store(rp_spec *s, spec_seq *q, int pos0, int n) {
                            "speculative decoding: hidden states of positions %d..%d are missing",
                            q->hid_pos + q->hid_n, pos - 1);
         if (k < q->hid_n) continue; /* already there (the same tokens give the same state) */
-        const float *h = rp_get_hidden(s->t, i);
+        const float *h = rp_get_hidden(s->t, row0 + i);
         if (!h)
             return rp_fail(RP_ERR_INTERNAL,
                            "speculative decoding: the target gave no hidden state for position %d",
@@ -420,7 +417,7 @@ static rp_status decode_rows(rp_spec *s, rp_context *c, int seq, const int32_t *
         rp_batch b = {.n_tokens = k, .token = s->b_tok, .seq_id = s->b_seq, .logits = s->b_want};
         rp_status st = rp_decode(c, &b);
         if (st) return st;
-        if (capture && (st = hid_store(s, q, pos0 + i0, k))) return st;
+        if (capture && (st = hid_store_rows(s, q, pos0 + i0, 0, k))) return st;
         i0 += k;
     }
     return RP_OK;
@@ -493,6 +490,14 @@ rp_status rp_spec_seq_reset(rp_spec *s, int seq, const rp_sampler_params *params
     q->smp = a;
     q->dsmp = b;
     q->greedy = sp.temp <= 0;
+    if (!q->greedy && !q->q) {
+        q->q = rp_malloc((size_t)s->p.draft_max * (size_t)s->n_vocab * sizeof(float),
+                         "draft distributions");
+        if (!q->q) return RP_ERR_NOMEM;
+    }
+    if (s->t_rec && !q->ck_t && !(q->ck_t = rp_seq_checkpoint_new(s->t))) return RP_ERR_NOMEM;
+    if (s->d_rec && !q->ck_d && !(q->ck_d = rp_seq_checkpoint_new(s->d))) return RP_ERR_NOMEM;
+    q->prepared = false;
     rp_rng_seed(&q->rng, sp.seed ^ 0x5bec0de5u);
     q->n = 0;
     q->hid_pos = q->hid_n = 0;
@@ -532,6 +537,10 @@ rp_status rp_spec_seq_feed(rp_spec *s, int seq, const int32_t *tokens, int n) {
     rp_status st = seq_check(s, seq, "feed");
     if (st) return st;
     spec_seq *q = &s->seq[seq];
+    if (q->prepared)
+        return rp_fail(RP_ERR_INVALID_ARG,
+                       "speculative feed: sequence %d has drafted rows waiting for rp_spec_finish",
+                       seq);
     if (n < 0 || (n > 0 && !tokens))
         return rp_fail(RP_ERR_INVALID_ARG, "speculative feed: no tokens");
     for (int i = 0; i < n; i++)
@@ -602,8 +611,9 @@ rp_status rp_spec_seq_truncate(rp_spec *s, int seq, int n) {
         /* the target recomputes the hidden states the buffer lacks */
         t_valid = RP_MIN(t_valid, q->hid_pos + q->hid_n);
     }
-    if ((st = cut(s->t, s->t_rec, s->ck_t, seq, t_valid))) return st;
-    if (s->d && (st = cut(s->d, s->d_rec, s->ck_d, seq, RP_MAX(0, n - 1)))) return st;
+    q->prepared = false;
+    if ((st = cut(s->t, s->t_rec, q->ck_t, seq, t_valid))) return st;
+    if (s->d && (st = cut(s->d, s->d_rec, q->ck_d, seq, RP_MAX(0, n - 1)))) return st;
     return RP_OK;
 }
 
@@ -615,7 +625,7 @@ rp_status rp_spec_seq_truncate(rp_spec *s, int seq, int n) {
 static int32_t draft_pick(rp_spec *s, spec_seq *q, const float *logits, int i) {
     if (s->p.p_min > 0 && top_prob(logits, s->n_vocab) < s->p.p_min) return -1;
     if (q->greedy) return rp_sampler_sample(q->dsmp, logits);
-    float *qi = s->q + (size_t)i * (size_t)s->n_vocab;
+    float *qi = q->q + (size_t)i * (size_t)s->n_vocab;
     rp_sampler_probs(q->dsmp, logits, qi);
     return draw(qi, s->n_vocab, rp_rng_uniform(&q->rng));
 }
@@ -631,16 +641,16 @@ static rp_status draft_plan(rp_spec *s, int seq, int k, int *nd) {
     const int ld = rp_kv_seq_len(s->d, seq);
     rp_status st = decode_rows(s, s->d, seq, q->tok + ld, ld, h - ld, h - 1, false);
     if (st) return st;
-    if (s->d_rec && k >= 2 && (st = rp_seq_checkpoint_save(s->d, seq, s->ck_d))) return st;
+    if (s->d_rec && k >= 2 && (st = rp_seq_checkpoint_save(s->d, seq, q->ck_d))) return st;
     *nd = 0;
     const float *logits = rp_get_logits(s->d, h - ld - 1); /* one decode: its last row */
     for (int i = 0; i < k; i++) {
         const int32_t t = draft_pick(s, q, logits, i);
         if (t < 0) break;
-        s->drafts[(*nd)++] = t;
+        q->drafts[(*nd)++] = t;
         if (i == k - 1 || is_eog(s, t)) break;
         int32_t sq = seq;
-        rp_batch b = {.n_tokens = 1, .token = &s->drafts[i], .seq_id = &sq};
+        rp_batch b = {.n_tokens = 1, .token = &q->drafts[i], .seq_id = &sq};
         if ((st = rp_decode(s->d, &b))) return st;
         logits = rp_get_logits(s->d, 0);
     }
@@ -657,12 +667,12 @@ static rp_status draft_mtp(rp_spec *s, int seq, int k, int *nd) {
     for (int i = 0; i < k; i++) {
         const int32_t t = draft_pick(s, q, s->h_logits, i);
         if (t < 0) break;
-        s->drafts[(*nd)++] = t;
+        q->drafts[(*nd)++] = t;
         if (i == k - 1 || is_eog(s, t)) break;
         /* the next row: the drafted token with the head's own h_nextn */
         int32_t pos = h - 1 + i, sq = seq;
         rp_qwen35_mtp_batch mb = {.n = 1,
-                                  .token = &s->drafts[i],
+                                  .token = &q->drafts[i],
                                   .hidden = s->h_cur,
                                   .hidden_raw = false,
                                   .pos = &pos,
@@ -677,8 +687,8 @@ static rp_status draft_mtp(rp_spec *s, int seq, int k, int *nd) {
     return RP_OK;
 }
 
-rp_status rp_spec_step(rp_spec *s, int seq, int max_new, int32_t *out, int *n_out) {
-    *n_out = 0;
+rp_status rp_spec_prepare(rp_spec *s, int seq, int max_new, int32_t *tokens, int *n_tokens) {
+    *n_tokens = 0;
     rp_status st = seq_check(s, seq, "step");
     if (st) return st;
     spec_seq *q = &s->seq[seq];
@@ -691,45 +701,64 @@ rp_status rp_spec_step(rp_spec *s, int seq, int max_new, int32_t *out, int *n_ou
                        seq, h, s->n_ctx);
     if (max_new < 1)
         return rp_fail(RP_ERR_INVALID_ARG, "speculative step: max_new %d < 1", max_new);
+    q->prepared = false;
     int k = RP_MIN(s->p.draft_max, RP_MIN(max_new - 1, s->n_ctx - h));
     if (s->head && h < 2) k = 0; /* the head needs the hidden state before the last token */
-
-    /* 1. a recurrent target (or the MTP head) first needs hist[0..H-1) decoded */
-    if (k > 0 && (s->t_rec || s->head) && (st = target_sync(s, seq))) return st;
+    /* 1. the target holds hist[0..H-1) (a recurrent target lags after a rollback) */
+    if ((st = target_sync(s, seq))) return st;
     /* 2. draft */
     int nd = 0;
     if (k > 0) st = s->head ? draft_mtp(s, seq, k, &nd) : draft_plan(s, seq, k, &nd);
     if (st) return st;
     if (nd < s->p.draft_min) nd = 0;
-    /* 3. verify: the target's backlog, the last token and the drafts in one batch */
-    const int lt = rp_kv_seq_len(s->t, seq);
-    if (s->t_rec && nd > 0 && (st = rp_seq_checkpoint_save(s->t, seq, s->ck_t))) return st;
-    const int nb = h - lt + nd;
-    int32_t *vt = rp_malloc((size_t)nb * sizeof *vt, "verification batch");
-    if (!vt) return RP_ERR_NOMEM;
-    memcpy(vt, q->tok + lt, (size_t)(h - lt) * sizeof *vt);
-    memcpy(vt + (h - lt), s->drafts, (size_t)nd * sizeof *vt);
-    st = decode_rows(s, s->t, seq, vt, lt, nb, h - 1, s->head != NULL);
-    free(vt);
+    /* 3. the rows to verify: the last token and the drafts */
+    if (s->t_rec && nd > 0 && (st = rp_seq_checkpoint_save(s->t, seq, q->ck_t))) return st;
+    tokens[0] = q->tok[h - 1];
+    memcpy(tokens + 1, q->drafts, (size_t)nd * sizeof *tokens);
+    *n_tokens = nd + 1;
+    q->p_h = h;
+    q->p_nd = nd;
+    q->prepared = true;
+    return RP_OK;
+}
+
+rp_status rp_spec_finish(rp_spec *s, int seq, int row, int32_t *out, int *n_out) {
+    *n_out = 0;
+    rp_status st = seq_check(s, seq, "step");
     if (st) return st;
-    /* rows of the last decode: the verification rows are its last nd + 1 */
-    const int r0 = s->t->n_batch_last - (nd + 1);
-    RP_ASSERT(r0 >= 0);
-    /* 4. accept */
+    spec_seq *q = &s->seq[seq];
+    if (!q->prepared)
+        return rp_fail(RP_ERR_INVALID_ARG,
+                       "speculative step: sequence %d has no prepared rows to accept", seq);
+    const int h = q->p_h, nd = q->p_nd;
+    if (rp_kv_seq_len(s->t, seq) != h + nd)
+        return rp_fail(RP_ERR_INVALID_ARG,
+                       "speculative step: sequence %d should hold %d positions after its "
+                       "verification rows, it holds %d",
+                       seq, h + nd, rp_kv_seq_len(s->t, seq));
+    for (int i = 0; i <= nd; i++)
+        if (!rp_get_logits(s->t, row + i) || (s->head && !rp_get_hidden(s->t, row + i)))
+            return rp_fail(RP_ERR_INVALID_ARG,
+                           "speculative step: batch row %d of sequence %d has no %s", row + i, seq,
+                           rp_get_logits(s->t, row + i) ? "hidden state" : "logits");
+    q->prepared = false;
+    /* MTP: the target's hidden states of the new rows, for the head's next catch-up */
+    if (s->head && (st = hid_store_rows(s, q, h - 1, row, nd + 1))) return st;
+    /* accept */
     int acc = 0, n = 0;
     bool stop = false;
     for (int i = 0; i < nd; i++) {
-        const float *lg = rp_get_logits(s->t, r0 + i);
+        const float *lg = rp_get_logits(s->t, row + i);
         bool ok;
         int32_t t;
         if (q->greedy) {
             t = rp_sampler_sample(q->smp, lg);
-            ok = t == s->drafts[i];
+            ok = t == q->drafts[i];
         } else {
             rp_sampler_probs(q->smp, lg, s->pv);
             const double u1 = rp_rng_uniform(&q->rng), u2 = rp_rng_uniform(&q->rng);
-            t = rp_spec_accept_rule(s->pv, s->q + (size_t)i * (size_t)s->n_vocab, s->n_vocab,
-                                    s->drafts[i], u1, u2, &ok);
+            t = rp_spec_accept_rule(s->pv, q->q + (size_t)i * (size_t)s->n_vocab, s->n_vocab,
+                                    q->drafts[i], u1, u2, &ok);
         }
         out[n++] = t;
         if (!take(q, &t, 1)) return RP_ERR_NOMEM;
@@ -740,7 +769,7 @@ rp_status rp_spec_step(rp_spec *s, int seq, int max_new, int32_t *out, int *n_ou
         }
     }
     if (!stop) { /* every draft kept: one more token from the target's last row */
-        const float *lg = rp_get_logits(s->t, r0 + nd);
+        const float *lg = rp_get_logits(s->t, row + nd);
         int32_t t;
         if (q->greedy) {
             t = rp_sampler_sample(q->smp, lg);
@@ -757,11 +786,11 @@ rp_status rp_spec_step(rp_spec *s, int seq, int max_new, int32_t *out, int *n_ou
     q->st.drafted += (uint64_t)nd;
     q->st.accepted += (uint64_t)acc;
     q->st.generated += (uint64_t)n;
-    /* 5. forget the rejected positions */
-    if ((st = cut(s->t, s->t_rec, s->ck_t, seq, h_new - 1))) return st;
+    /* forget the rejected positions */
+    if ((st = cut(s->t, s->t_rec, q->ck_t, seq, h_new - 1))) return st;
     if (s->d) {
         const int ld = rp_kv_seq_len(s->d, seq);
-        if ((st = cut(s->d, s->d_rec, s->ck_d, seq, RP_MIN(ld, RP_MIN(h + acc, h_new - 1)))))
+        if ((st = cut(s->d, s->d_rec, q->ck_d, seq, RP_MIN(ld, RP_MIN(h + acc, h_new - 1)))))
             return st;
     }
     if (s->head) {
@@ -771,4 +800,23 @@ rp_status rp_spec_step(rp_spec *s, int seq, int max_new, int32_t *out, int *n_ou
         q->hid_n = RP_MAX(0, RP_MIN(q->hid_n, h_new - 1 - q->hid_pos));
     }
     return RP_OK;
+}
+
+rp_status rp_spec_step(rp_spec *s, int seq, int max_new, int32_t *out, int *n_out) {
+    *n_out = 0;
+    int32_t vt[RP_SPEC_DRAFT_MAX + 1];
+    int nb = 0;
+    rp_status st = rp_spec_prepare(s, seq, max_new, vt, &nb);
+    if (st) return st;
+    if (!batch_room(s, nb)) return RP_ERR_NOMEM;
+    for (int i = 0; i < nb; i++) {
+        s->b_seq[i] = seq;
+        s->b_want[i] = 1;
+    }
+    rp_batch b = {.n_tokens = nb, .token = vt, .seq_id = s->b_seq, .logits = s->b_want};
+    if ((st = rp_decode(s->t, &b))) {
+        s->seq[seq].prepared = false;
+        return st;
+    }
+    return rp_spec_finish(s, seq, 0, out, n_out);
 }

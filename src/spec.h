@@ -97,6 +97,19 @@ int rp_spec_seq_len(const rp_spec *s, int seq);
  * produces a token beyond position n_ctx. */
 rp_status rp_spec_step(rp_spec *s, int seq, int max_new, int32_t *out, int *n_out);
 
+/* rp_spec_step in two halves, for a caller that verifies several sequences
+ * in one batch of its own (a server): rp_spec_prepare drafts and writes the
+ * rows to verify (the sequence's last token and the drafted tokens; room for
+ * draft_max + 1) to tokens; the caller decodes them in the target as
+ * consecutive rows of sequence seq, continuing it, with logits for every one
+ * (and nothing else of that sequence in the batch); rp_spec_finish, given the
+ * batch row of the first of them, accepts as rp_spec_step does. Other
+ * sequences may be prepared, decoded and finished in between; a prepared
+ * sequence is finished (or reset, or truncated) before anything else is done
+ * with it. */
+rp_status rp_spec_prepare(rp_spec *s, int seq, int max_new, int32_t *tokens, int *n_tokens);
+rp_status rp_spec_finish(rp_spec *s, int seq, int row, int32_t *out, int *n_out);
+
 /* Counters of seq (or of every sequence with seq = -1) since the spec began. */
 rp_spec_stats rp_spec_get_stats(const rp_spec *s, int seq);
 

@@ -305,6 +305,87 @@ void test_spec_sequences(void) {
     check_seqs_and_truncate(q35, "0..5,7", false, 15);
 }
 
+/* Several sequences verified in one batch of the caller's (rp_spec_prepare,
+ * one rp_decode, rp_spec_finish per sequence), as a server does: each equals
+ * plain decoding alone. */
+static void check_batched(const char *model, const char *draft_plan, bool mtp) {
+    rp_model *m;
+    REQUIRE(rp_model_load(model[0] == '/' ? model : test_shared(model), NULL, &m) == RP_OK, "%s",
+            rp_last_error());
+    enum { NS = 3, N = 16 };
+    const int nv = m->hp.n_vocab;
+    int32_t prompt[NS][9], ref[NS][N + RP_SPEC_DRAFT_MAX + 1], got[NS][N + RP_SPEC_DRAFT_MAX + 1];
+    const rp_sampler_params sp = greedy_params();
+    for (int q = 0; q < NS; q++) {
+        prompt_of(prompt[q], 5 + q * 2, nv, 7 + q);
+        REQUIRE(plain_greedy(m, NULL, &sp, prompt[q], 5 + q * 2, N + RP_SPEC_DRAFT_MAX + 1, ref[q]),
+                "plain");
+    }
+    rp_context *t = new_ctx(m, NULL, 128, NS, mtp);
+    rp_spec_params p = rp_spec_default_params();
+    p.draft_plan = draft_plan;
+    p.mtp = mtp;
+    p.draft_max = 3;
+    p.p_min = 0;
+    rp_spec *s = NULL;
+    REQUIRE(t && rp_spec_new(t, &p, &s) == RP_OK, "%s", rp_last_error());
+    int n[NS] = {0};
+    for (int q = 0; q < NS; q++)
+        REQUIRE(rp_spec_seq_reset(s, q, &sp) == RP_OK &&
+                    rp_spec_seq_feed(s, q, prompt[q], 5 + q * 2) == RP_OK,
+                "%s", rp_last_error());
+    int32_t out[RP_SPEC_DRAFT_MAX + 1];
+    int k;
+    CHECK(rp_spec_finish(s, 0, 0, out, &k) == RP_ERR_INVALID_ARG &&
+              strstr(rp_last_error(), "no prepared rows"),
+          "%s", rp_last_error());
+    bool ok = true;
+    while (ok && (n[0] < N || n[1] < N || n[2] < N)) {
+        int32_t tok[NS * (RP_SPEC_DRAFT_MAX + 1)], sq[NS * (RP_SPEC_DRAFT_MAX + 1)];
+        int row0[NS], nb = 0;
+        for (int q = 0; q < NS && ok; q++) {
+            row0[q] = -1;
+            if (n[q] >= N) continue;
+            int c = 0;
+            ok = rp_spec_prepare(s, q, 4, tok + nb, &c) == RP_OK;
+            row0[q] = nb;
+            for (int i = 0; i < c; i++) sq[nb + i] = q;
+            nb += c;
+        }
+        if (ok && n[1] < N)
+            CHECK(rp_spec_seq_feed(s, 1, tok, 1) == RP_ERR_INVALID_ARG &&
+                      strstr(rp_last_error(), "waiting"),
+                  "%s", rp_last_error());
+        int8_t want[NS * (RP_SPEC_DRAFT_MAX + 1)];
+        memset(want, 1, sizeof want);
+        rp_batch b = {.n_tokens = nb, .token = tok, .seq_id = sq, .logits = want};
+        ok = ok && rp_decode(t, &b) == RP_OK;
+        for (int q = 0; q < NS && ok; q++) {
+            if (row0[q] < 0) continue;
+            ok = rp_spec_finish(s, q, row0[q], got[q] + n[q], &k) == RP_OK;
+            n[q] += k;
+        }
+    }
+    CHECK(ok, "%s: %s", model, rp_last_error());
+    for (int q = 0; q < NS && ok; q++)
+        CHECK(!memcmp(got[q], ref[q], (size_t)N * sizeof(int32_t)),
+              "%s: sequence %d verified in a shared batch differs from plain decoding", model, q);
+    const rp_spec_stats st = rp_spec_get_stats(s, -1);
+    printf("     %s batched: accepted %llu of %llu drafted\n", model,
+           (unsigned long long)st.accepted, (unsigned long long)st.drafted);
+    rp_spec_free(s);
+    rp_context_free(t);
+    rp_model_free(m);
+}
+
+void test_spec_batched(void) {
+    check_batched(STORIES, "0,1,3,4", false);
+    const char *q35 = collapsed_qwen35();
+    REQUIRE(q35, "could not write the collapsed model");
+    check_batched(q35, NULL, true);
+    check_batched(q35, "0..2,4..7", false);
+}
+
 /* Refusals name what is wrong. */
 void test_spec_refusals(void) {
     rp_model *m;
