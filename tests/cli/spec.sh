@@ -25,6 +25,11 @@ same_text greedy_qwen3_repeat "$Q3" "--repeat-layers 2,5" "--spec --draft-max 3"
 same_text greedy_qwen35_mtp "$Q35" "" "--spec-mtp --draft-max 3 --draft-p-min 0" --tokens "$TOK"
 same_text greedy_qwen35_mtp_repeat "$Q35" "--repeat-layers 2,6" "--spec-mtp --draft-max 2" --tokens "$TOK"
 same_text greedy_qwen35_draft_plan "$Q35" "--repeat-layers 2,6" "--draft-plan 0..2,4..7 --draft-max 3 --draft-p-min 0" --tokens "$TOK"
+# sliding-window rings (gemma3, micro-batch 16: rings of window + 15 cells) roll back
+same_text greedy_gemma3_rings "$S/models/synth/gemma3-tiny.gguf" "-b 16" "--draft-plan 0,2..5 --draft-max 8 --draft-p-min 0" --tokens "$TOK"
+# zamba2: Mamba2 state restored from checkpoints in the target (a repeat plan) and the draft
+"$BIN" synth --arch zamba2 --n-embd 64 --n-layer 6 --n-head 4 --n-ff 96 --ssm-groups 2 -o "$T/z2.gguf" 2>/dev/null
+same_text greedy_zamba2_repeat "$T/z2.gguf" "--repeat-layers 1,3" "--draft-plan 0,1,2,4,5 --draft-p-min 0" --tokens "$TOK"
 
 # the draft's description names its plan and never the target's
 "$BIN" run -m "$M" --repeat-layers 1,3 --spec -p hi -n 2 --temp 0 2>&1 >/dev/null | grep -q "draft: the trunk once (5 of the target's 7 steps)" \
