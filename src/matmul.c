@@ -21,8 +21,9 @@
 
 /* tokens from which the gemm path beats one gemv per token */
 #define GEMM_MIN_TOKENS 3
-/* token groups per chunk: ~128 tokens of packed activations stay in L2 */
-#define CHUNK_GROUPS 8
+/* packed activations per chunk of token groups: small enough to stay in L2
+ * while each row tile streams them, large enough to amortize a tile's setup */
+#define CHUNK_BYTES (384 << 10)
 
 /* per 32 inputs and token: the standard encoding (<= 36.5 bytes for
  * Q8_0/Q8_1/Q8_K) and the packed one (<= 40 bytes) */
@@ -98,8 +99,10 @@ static void rows_gemm(const mm_job *j, const rp_tensor *w, float *y, long a, lon
                       void *scratch) {
     const size_t rows = (size_t)w->ne[1];
     const int ng = n_groups(j->n_tok);
-    for (int g0 = 0; g0 < ng; g0 += CHUNK_GROUPS) {
-        const int g1 = RP_MIN(ng, g0 + CHUNK_GROUPS);
+    const size_t gb = j->gemm->pack ? j->group_bytes : j->xq_stride * RP_GEMM_GROUP;
+    const int chunk = (int)RP_MAX((size_t)1, CHUNK_BYTES / (gb ? gb : 1));
+    for (int g0 = 0; g0 < ng; g0 += chunk) {
+        const int g1 = RP_MIN(ng, g0 + chunk);
         const int t0 = g0 * RP_GEMM_GROUP, cnt = RP_MIN(j->n_tok, g1 * RP_GEMM_GROUP) - t0;
         const void *xp = j->gemm->pack ? (const void *)(j->xp + (size_t)g0 * j->group_bytes)
                                        : (const void *)(j->xq + (size_t)t0 * j->xq_stride);

@@ -2,6 +2,7 @@
 #include "util.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,10 +14,13 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
-/* Spin this many rounds for a new task before sleeping: a decode step issues
- * a task every few tens of microseconds, sleeping in between would add a
- * futex round trip to each. */
-#define SPIN_ROUNDS 200000
+/* Workers spin this many rounds (a PAUSE is 10-140 cycles: tens of
+ * microseconds) for a new task before sleeping: a decode step issues a task
+ * every few tens of microseconds, and sleeping in between would add a futex
+ * round trip to each. The caller waiting for the workers spins as long, then
+ * yields its core, so an oversubscribed machine (more runnable threads than
+ * cores) still lets a descheduled worker finish. */
+#define SPIN_ROUNDS 20000
 
 typedef struct worker {
     rp_pool *pool;
@@ -133,7 +137,13 @@ void rp_pool_run_n(rp_pool *p, int n, rp_task_fn fn, void *arg) {
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     fn(arg, 0, n);
-    while (atomic_load_explicit(&p->n_done, memory_order_acquire) != p->n - 1) CPU_RELAX();
+    for (int spins = 0; atomic_load_explicit(&p->n_done, memory_order_acquire) != p->n - 1;
+         spins++) {
+        if (spins < SPIN_ROUNDS)
+            CPU_RELAX();
+        else
+            sched_yield();
+    }
 }
 
 void rp_pool_run(rp_pool *p, rp_task_fn fn, void *arg) {

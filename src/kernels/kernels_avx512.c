@@ -114,17 +114,28 @@ static void gemv_f16(int n, int nr, const void *w, size_t ldw, const void *x, fl
     for (; r < nr; r++) vec_dot_f16_avx512(n, &y[r], (const char *)w + (size_t)r * ldw, x);
 }
 
-/* 4 rows x 3 tokens per tile, activations read as they are (no packing) */
+/* 4 rows x 3 tokens per tile. Each 4-row tile is converted to F32 once into
+ * scratch (the same values vcvtph2ps gives in vec_dot) and reused for every
+ * token, so the inner loop is loads and FMAs; activations are read as they
+ * are (no packing). */
 static void gemm_run_f16(int n, int nr, const void *w, size_t ldw, const void *xp, size_t ldx,
                          int cnt, float *y, size_t ldy, void *scratch) {
-    (void)scratch;
-    const int tail = n % 16;
+    const int tail = n % 16, nk = n - tail;
     const __mmask16 mt = (__mmask16)((1u << tail) - 1);
+    const size_t stride = rp_align_up((uint64_t)n, 16);
+    float *wf = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     for (int r = 0; r < nr; r += 4) {
         const int rr = nr - r < 4 ? nr - r : 4;
-        const uint16_t *a[4];
-        for (int i = 0; i < 4; i++)
-            a[i] = (const uint16_t *)((const char *)w + (size_t)(r + (i < rr ? i : 0)) * ldw);
+        const float *a[4];
+        for (int i = 0; i < 4; i++) {
+            const uint16_t *src =
+                (const uint16_t *)((const char *)w + (size_t)(r + (i < rr ? i : 0)) * ldw);
+            float *dst = wf + (size_t)i * stride;
+            int k = 0;
+            for (; k + 16 <= n; k += 16) _mm512_store_ps(dst + k, f16x16(src + k, 0xFFFF));
+            if (tail) _mm512_store_ps(dst + k, f16x16(src + k, mt));
+            a[i] = dst;
+        }
         for (int t = 0; t < cnt; t += 3) {
             const int tt = cnt - t < 3 ? cnt - t : 3;
             const float *b[3];
@@ -134,25 +145,24 @@ static void gemm_run_f16(int n, int nr, const void *w, size_t ldw, const void *x
             UNROLL8
             for (int i = 0; i < 4; i++) UNROLL8
             for (int j = 0; j < 3; j++) c[i][j] = _mm512_setzero_ps();
-            int k = 0;
-            for (; k + 16 <= n; k += 16) {
+            for (int k = 0; k < nk; k += 16) {
                 const __m512 x0 = _mm512_loadu_ps(b[0] + k), x1 = _mm512_loadu_ps(b[1] + k),
                              x2 = _mm512_loadu_ps(b[2] + k);
                 UNROLL8
                 for (int i = 0; i < 4; i++) {
-                    const __m512 wv = f16x16(a[i] + k, 0xFFFF);
+                    const __m512 wv = _mm512_load_ps(a[i] + k);
                     c[i][0] = _mm512_fmadd_ps(wv, x0, c[i][0]);
                     c[i][1] = _mm512_fmadd_ps(wv, x1, c[i][1]);
                     c[i][2] = _mm512_fmadd_ps(wv, x2, c[i][2]);
                 }
             }
             if (tail) {
-                const __m512 x0 = _mm512_maskz_loadu_ps(mt, b[0] + k),
-                             x1 = _mm512_maskz_loadu_ps(mt, b[1] + k),
-                             x2 = _mm512_maskz_loadu_ps(mt, b[2] + k);
+                const __m512 x0 = _mm512_maskz_loadu_ps(mt, b[0] + nk),
+                             x1 = _mm512_maskz_loadu_ps(mt, b[1] + nk),
+                             x2 = _mm512_maskz_loadu_ps(mt, b[2] + nk);
                 UNROLL8
                 for (int i = 0; i < 4; i++) {
-                    const __m512 wv = f16x16(a[i] + k, mt);
+                    const __m512 wv = _mm512_load_ps(a[i] + nk);
                     c[i][0] = _mm512_fmadd_ps(wv, x0, c[i][0]);
                     c[i][1] = _mm512_fmadd_ps(wv, x1, c[i][1]);
                     c[i][2] = _mm512_fmadd_ps(wv, x2, c[i][2]);
@@ -166,8 +176,7 @@ static void gemm_run_f16(int n, int nr, const void *w, size_t ldw, const void *x
 }
 
 static size_t f16_scratch(int n) {
-    (void)n;
-    return 64;
+    return 4 * rp_align_up((uint64_t)n, 16) * sizeof(float) + 64;
 }
 
 static const rp_gemm_ops gemm_f16 = {NULL, NULL, f16_scratch, gemm_run_f16};
@@ -519,21 +528,26 @@ static_assert(sizeof(ks_sb) % 64 == 0, "ks_sb alignment");
 
 typedef void (*ks_prep_fn)(const void *row, int sb, ks_sb *o);
 
-/* Corrections from values and per-half scales (scale(c, h) in o->sc). */
+/* Corrections from values and per-half scales (scale(c, h) in o->sc):
+ * lane sums of 4 values by vpdpbusd against ones, times the half's scale. */
 static void ks_corr(ks_sb *o, bool lanes) {
-    int32_t lane[8] = {0};
-    for (int c = 0; c < 8; c++)
-        for (int l = 0; l < 8; l++) {
-            int s4 = 0;
-            for (int j = 0; j < 4; j++) s4 += o->v[32 * c + 4 * l + j];
-            lane[l] += (int16_t)(o->sc[2 * c + l / 4] & 0xFFFF) * s4;
-        }
-    if (lanes)
-        for (int l = 0; l < 8; l++) o->corr[l] = -128 * lane[l];
-    else {
-        int32_t t = 0;
-        for (int l = 0; l < 8; l++) t += lane[l];
-        o->corr[0] = -128 * t;
+    __m256i acc = _mm256_setzero_si256();
+    for (int c = 0; c < 8; c++) {
+        const __m256i s4 =
+            _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1),
+                                _mm256_loadu_si256((const __m256i *)(o->v + 32 * c)));
+        const int s0 = (int16_t)(o->sc[2 * c] & 0xFFFF), s1 = (int16_t)(o->sc[2 * c + 1] & 0xFFFF);
+        acc = _mm256_add_epi32(
+            acc, _mm256_mullo_epi32(s4, _mm256_setr_epi32(s0, s0, s0, s0, s1, s1, s1, s1)));
+    }
+    acc = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(acc, 7));
+    if (lanes) {
+        _mm256_storeu_si256((__m256i *)o->corr, acc);
+    } else {
+        __m128i h = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+        h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
+        o->corr[0] = _mm_cvtsi128_si32(h);
     }
 }
 
@@ -1061,6 +1075,113 @@ static void p8_gemv(int n, int64_t rows, const void *packed, int64_t p0, int64_t
 
 static const rp_pack_ops pack_q8_0 = {p8_bytes, p8_pack, p8_xbytes, p8_xprep, p8_gemv};
 
+/* ---- Q4_0 and IQ4_NL (rows): per panel and block (288 bytes, as the file)
+ *   u8  qs[4 m][16 rows][4]  bytes 4m.. of each row (low nibbles: lane m,
+ *                            elements 4m..; high nibbles: lane m + 4)
+ *   u16 d[16]
+ * The nibble is used unsigned (IQ4_NL: its grid value + 128, via a table);
+ * the offset is removed with the activations' block sum. */
+#define P40_BYTES 288
+
+static size_t p40_bytes(int64_t n, int64_t rows) {
+    return (size_t)(n_panels(rows) * (n / 32)) * P40_BYTES;
+}
+
+/* Q4_0 and IQ4_NL blocks have the same layout (fp16 d, 16 bytes of nibbles) */
+static void p40_pack(int64_t n, int64_t rows, const void *w, size_t ldw, void *dst) {
+    const int64_t nb = n / 32;
+    for (int64_t p = 0; p < n_panels(rows); p++)
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *o = (uint8_t *)dst + (size_t)(p * nb + b) * P40_BYTES;
+            memset(o, 0, P40_BYTES);
+            for (int r = 0; r < 16; r++) {
+                const int64_t row = p * 16 + r;
+                if (row >= rows) continue;
+                const block_q4_0 *x = (const block_q4_0 *)((const char *)w + (size_t)row * ldw) + b;
+                for (int m = 0; m < 4; m++) memcpy(o + (size_t)(m * 16 + r) * 4, x->qs + 4 * m, 4);
+                memcpy(o + 256 + 2 * r, &x->d, 2);
+            }
+        }
+}
+
+/* extras per block: the offset times the block's activation sum, then its scale */
+static size_t p40_xbytes(int n) {
+    return (size_t)(n / 32) * 8;
+}
+
+static void p40_xprep_off(int n, const void *xq, void *xe, int off) {
+    const block_q8_0 *x = xq;
+    int32_t *o = xe;
+    for (int b = 0; b < n / 32; b++) {
+        int s = 0;
+        for (int j = 0; j < 32; j++) s += x[b].qs[j];
+        o[2 * b] = -off * s;
+        float d = f16(x[b].d);
+        memcpy(&o[2 * b + 1], &d, 4);
+    }
+}
+
+static void p40_xprep_q4_0(int n, const void *xq, void *xe) {
+    p40_xprep_off(n, xq, xe, 8);
+}
+static void p40_xprep_iq4_nl(int n, const void *xq, void *xe) {
+    p40_xprep_off(n, xq, xe, 128);
+}
+
+static void p40_gemv(int n, int64_t rows, const void *packed, int64_t p0, int64_t p1,
+                     const void *xq, const void *xe, float *y, bool nl) {
+    const int nb = n / 32;
+    const block_q8_0 *x = xq;
+    const int32_t *ex = xe;
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    __m512i lut = _mm512_setzero_si512();
+    if (nl) {
+        uint8_t u[16];
+        for (int i = 0; i < 16; i++) u[i] = (uint8_t)(rp_kvalues_iq4nl[i] + 128);
+        lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)u));
+    }
+    for (int64_t p = p0; p < p1; p++) {
+        const uint8_t *pw = (const uint8_t *)packed + (size_t)(p * nb) * P40_BYTES;
+        __m512 acc = _mm512_setzero_ps();
+        for (int b = 0; b < nb; b++, pw += P40_BYTES) {
+            float dx;
+            memcpy(&dx, &ex[2 * b + 1], 4);
+            __m512i s0 = _mm512_set1_epi32(ex[2 * b]), s1 = _mm512_setzero_si512();
+            for (int m = 0; m < 4; m++) {
+                const __m512i raw = _mm512_loadu_si512(pw + 64 * m);
+                __m512i lo = _mm512_and_si512(raw, m4),
+                        hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+                if (nl) {
+                    lo = _mm512_shuffle_epi8(lut, lo);
+                    hi = _mm512_shuffle_epi8(lut, hi);
+                }
+                s0 = _mm512_dpbusd_epi32(s0, lo, bcast32(x[b].qs + 4 * m));
+                s1 = _mm512_dpbusd_epi32(s1, hi, bcast32(x[b].qs + 16 + 4 * m));
+            }
+            const __m512 d =
+                _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pw + 256))),
+                              _mm512_set1_ps(dx));
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), d, acc);
+        }
+        store_panel(y, p * 16, rows, acc);
+    }
+}
+
+static void p40_gemv_q4_0(int n, int64_t rows, const void *packed, int64_t p0, int64_t p1,
+                          const void *xq, const void *xe, float *y) {
+    p40_gemv(n, rows, packed, p0, p1, xq, xe, y, false);
+}
+
+static void p40_gemv_iq4_nl(int n, int64_t rows, const void *packed, int64_t p0, int64_t p1,
+                            const void *xq, const void *xe, float *y) {
+    p40_gemv(n, rows, packed, p0, p1, xq, xe, y, true);
+}
+
+static const rp_pack_ops pack_q4_0 = {p40_bytes, p40_pack, p40_xbytes, p40_xprep_q4_0,
+                                      p40_gemv_q4_0};
+static const rp_pack_ops pack_iq4_nl = {p40_bytes, p40_pack, p40_xbytes, p40_xprep_iq4_nl,
+                                        p40_gemv_iq4_nl};
+
 /* ---- Q4_K (rows): per panel and super-block (2496 bytes)
  *   u8  qs[4 c][8 l][16 rows][4]  bytes 32c+4l.. of each row's qs (low
  *                                 nibbles: group 2c, high: group 2c+1)
@@ -1317,4 +1438,6 @@ void rp_kernels_fill_avx512(rp_kernels *k) {
     k->pack[RP_TYPE_Q8_0] = &pack_q8_0;
     k->pack[RP_TYPE_Q4_K] = &pack_q4_K;
     k->pack[RP_TYPE_Q6_K] = &pack_q6_K;
+    k->pack[RP_TYPE_Q4_0] = &pack_q4_0;
+    k->pack[RP_TYPE_IQ4_NL] = &pack_iq4_nl;
 }

@@ -3,6 +3,7 @@
  * extreme ones), activation encodings byte for byte, float products to
  * rounding; and within one ISA, batch paths equal the one-row path exactly. */
 #include "kernels/kernels.h"
+#include "matmul.h"
 #include "quant.h"
 #include "test.h"
 #include "types.h"
@@ -338,4 +339,63 @@ void test_kernels_attention_helpers(void) {
                   A->dot_f16_f32 == B->dot_f16_f32 && A->axpy_f16 == B->axpy_f16,
               "the AVX-512 attention helpers must keep the AVX2 arithmetic");
     }
+}
+
+/* Through the dispatcher: a batch of tokens gives, bit for bit, the outputs
+ * of the same tokens one at a time (gemm vs packed or multi-row gemv vs
+ * vec_dot), on 2 threads, for row counts that leave partial panels. */
+void test_kernels_matmul_batch_equals_single(void) {
+    const int n = 512, toks = 37;
+    rp_compute cc = {.pool = rp_pool_new(2)};
+    cc.wbuf_size = rp_matmul_scratch(n, toks);
+    cc.wbuf = rp_alloc_aligned(cc.wbuf_size, "test");
+    REQUIRE(cc.pool && cc.wbuf, "alloc");
+    float *x = malloc((size_t)n * toks * sizeof(float));
+    rp_rng r;
+    rp_rng_seed(&r, 11);
+    make_acts(n, toks, x, &r);
+    for (size_t i = 0; i < RP_ARRAY_LEN(k_types); i++) {
+        const int type = k_types[i], rows[2] = {45, 16};
+        rp_tensor t[2];
+        uint8_t *wd[2];
+        void *owned[2] = {NULL, NULL};
+        for (int k = 0; k < 2; k++) {
+            const size_t rb = rp_row_size(type, n);
+            wd[k] = malloc(rb * (size_t)rows[k]);
+            REQUIRE(wd[k], "alloc");
+            make_rows(type, n, rows[k], wd[k], &r);
+            t[k] = (rp_tensor){.name = "w",
+                               .type = type,
+                               .n_dims = 2,
+                               .ne = {n, rows[k], 1, 1},
+                               .nbytes = rb * (size_t)rows[k],
+                               .row_bytes = rb,
+                               .data = wd[k]};
+            CHECK(rp_matmul_pack(&t[k], &owned[k]) == RP_OK, "pack: %s", rp_last_error());
+        }
+        float *yb[2], *ys[2];
+        for (int k = 0; k < 2; k++) {
+            yb[k] = malloc((size_t)rows[k] * toks * sizeof(float));
+            ys[k] = malloc((size_t)rows[k] * toks * sizeof(float));
+        }
+        const rp_tensor *tw[2] = {&t[0], &t[1]};
+        rp_matmul_n(&cc, 2, tw, yb, x, toks);
+        for (int tk = 0; tk < toks; tk++) {
+            float *y1[2] = {ys[0] + (size_t)tk * rows[0], ys[1] + (size_t)tk * rows[1]};
+            rp_matmul_n(&cc, 2, tw, y1, x + (size_t)tk * n, 1);
+        }
+        for (int k = 0; k < 2; k++)
+            CHECK(!memcmp(yb[k], ys[k], (size_t)rows[k] * toks * sizeof(float)),
+                  "%s (%s): batch != one by one, weight %d", rp_type_name(type),
+                  t[k].pack ? "packed" : "unpacked", k);
+        for (int k = 0; k < 2; k++) {
+            free(wd[k]);
+            free(owned[k]);
+            free(yb[k]);
+            free(ys[k]);
+        }
+    }
+    free(x);
+    rp_free_aligned(cc.wbuf);
+    rp_pool_free(cc.pool);
 }
