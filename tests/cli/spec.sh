@@ -10,9 +10,9 @@ Q35="$S/models/synth/qwen35-tiny.gguf"
 same_text() {
     local name=$1 model=$2 plain=$3 spec=$4; shift 4
     # shellcheck disable=SC2086
-    "$BIN" run -m "$model" $plain "$@" -n 40 --temp 0 -t 1 > "$T/a.txt" 2> "$T/a.err" || { fail "$name" "plain: $(tail -1 "$T/a.err")"; return; }
+    "$BIN" run -m "$model" -t 1 $plain "$@" -n 40 --temp 0 > "$T/a.txt" 2> "$T/a.err" || { fail "$name" "plain: $(tail -1 "$T/a.err")"; return; }
     # shellcheck disable=SC2086
-    "$BIN" run -m "$model" $plain $spec "$@" -n 40 --temp 0 -t 1 > "$T/b.txt" 2> "$T/b.err" || { fail "$name" "spec: $(tail -1 "$T/b.err")"; return; }
+    "$BIN" run -m "$model" -t 1 $plain $spec "$@" -n 40 --temp 0 > "$T/b.txt" 2> "$T/b.err" || { fail "$name" "spec: $(tail -1 "$T/b.err")"; return; }
     if ! grep -q "speculative: [0-9]* of [0-9]* drafted tokens accepted" "$T/b.err"; then fail "$name" "no acceptance line"; return; fi
     if cmp -s "$T/a.txt" "$T/b.txt"; then ok "$name"; else fail "$name" "text differs: '$(head -c 80 "$T/a.txt")' vs '$(head -c 80 "$T/b.txt")'"; fi
 }
