@@ -22,7 +22,7 @@ void rp_context_free(rp_context *c) {
     if (!c) return;
     if (c->arch_ctx && c->model->arch->ctx_free) c->model->arch->ctx_free(c);
     rp_state_free(&c->state);
-    rp_pool_free(c->cc.pool);
+    if (!c->pool_borrowed) rp_pool_free(c->cc.pool);
     rp_free_aligned(c->cc.wbuf);
     rp_free_aligned(c->attn_scratch);
     free(c->logits);
@@ -106,6 +106,18 @@ rp_status rp_context_new(const rp_model *m, const rp_context_params *params, rp_
 fail:
     rp_context_free(c);
     return s;
+}
+
+rp_status rp_context_share_pool(rp_context *c, rp_context *donor) {
+    if (c->n_threads != donor->n_threads)
+        return rp_fail(RP_ERR_INVALID_ARG,
+                       "contexts with %d and %d threads cannot share a thread pool", c->n_threads,
+                       donor->n_threads);
+    if (c == donor || c->cc.pool == donor->cc.pool) return RP_OK;
+    if (!c->pool_borrowed) rp_pool_free(c->cc.pool);
+    c->cc.pool = donor->cc.pool;
+    c->pool_borrowed = true;
+    return RP_OK;
 }
 
 const rp_model *rp_context_model(const rp_context *c) { return c->model; }

@@ -743,6 +743,9 @@ struct rp_gguf_writer {
     rp_gguf_fill_fn fill;
     void *fill_user;
     bool no_pad_empty; /* a file without tensors ends right after its header */
+    char *late_key;    /* rp_gguf_w_set_late_str */
+    size_t late_len;
+    rp_gguf_w_late late;
 };
 
 rp_gguf_writer *rp_gguf_writer_new(void) { return rp_calloc(1, sizeof(rp_gguf_writer), "writer"); }
@@ -751,6 +754,8 @@ void rp_gguf_writer_free(rp_gguf_writer *w) {
     if (!w) return;
     for (size_t i = 0; i < w->n_kv; i++) free(w->kvs[i].key);
     for (size_t i = 0; i < w->n_tensors; i++) free(w->tensors[i].name);
+    if (w->late.free_user) w->late.free_user(w->late.user);
+    free(w->late_key);
     free(w->kvs);
     free(w->tensors);
     arena_free(&w->arena);
@@ -919,12 +924,51 @@ rp_status rp_gguf_w_add_tensor(rp_gguf_writer *w, const char *name, int type, ui
     return RP_OK;
 }
 
+rp_status rp_gguf_w_set_late_str(rp_gguf_writer *w, const char *key, size_t len,
+                                 const rp_gguf_w_late *late) {
+    if (!late->finish || !len || len > 4096)
+        return rp_fail(RP_ERR_INVALID_ARG,
+                       "GGUF writer: late value '%s' needs a finish callback and 1..4096 bytes",
+                       key);
+    char *placeholder = rp_calloc(1, len + 1, "late value");
+    char *k = rp_strdup(key);
+    rp_status s = placeholder && k ? RP_OK : RP_ERR_NOMEM;
+    if (!s) {
+        memset(placeholder, '0', len);
+        s = rp_gguf_w_set_str(w, key, placeholder);
+    }
+    free(placeholder);
+    if (s) {
+        free(k);
+        return s;
+    }
+    if (w->late.free_user) w->late.free_user(w->late.user);
+    free(w->late_key);
+    w->late_key = k;
+    w->late_len = len;
+    w->late = *late;
+    return RP_OK;
+}
+
 void rp_gguf_w_set_fill(rp_gguf_writer *w, rp_gguf_fill_fn fill, void *user) {
     w->fill = fill;
     w->fill_user = user;
 }
 
 uint64_t rp_gguf_w_n_tensors(const rp_gguf_writer *w) { return w->n_tensors; }
+
+bool rp_gguf_w_tensor_info(const rp_gguf_writer *w, uint64_t i, rp_gguf_tensor *out) {
+    if (i >= w->n_tensors) return false;
+    const w_tensor *t = &w->tensors[i];
+    memset(out, 0, sizeof *out);
+    out->name = t->name;
+    out->type = (uint32_t)t->type;
+    out->n_dims = t->n_dims;
+    memcpy(out->ne, t->ne, sizeof out->ne);
+    out->nbytes = t->nbytes;
+    out->data = t->data;
+    return true;
+}
 
 void rp_gguf_w_set_pad_empty(rp_gguf_writer *w, bool pad) { w->no_pad_empty = !pad; }
 
@@ -1030,14 +1074,25 @@ rp_status rp_gguf_w_write(rp_gguf_writer *w, const char *path, rp_progress_fn pr
     for (size_t i = 0; i < w->n_tensors; i++)
         if (!w->tensors[i].data && !w->fill)
             return rp_fail(RP_ERR_INVALID_ARG, "GGUF writer: tensor '%s' has no data", w->tensors[i].name);
+    const w_kv *late = NULL; /* where the late value goes, still its placeholder */
+    for (size_t i = 0; w->late_key && i < w->n_kv; i++)
+        if (!strcmp(w->kvs[i].key, w->late_key)) late = &w->kvs[i];
+    if (w->late_key &&
+        (!late || late->val.type != RP_GGUF_STRING || late->val.str.len != w->late_len))
+        return rp_fail(RP_ERR_INVALID_ARG, "GGUF writer: late value '%s' was removed or replaced",
+                       w->late_key);
     rp_atomic_file af;
     rp_status s = rp_atomic_open(&af, path);
     if (s) return s;
     bool ok = put_le(&af, RP_GGUF_MAGIC, 4) && put_le(&af, 3, 4) && put_le(&af, w->n_tensors, 8) &&
               put_le(&af, w->n_kv, 8);
-    for (size_t i = 0; ok && i < w->n_kv; i++)
-        ok = put_str(&af, w->kvs[i].key, strlen(w->kvs[i].key)) && put_le(&af, w->kvs[i].val.type, 4) &&
-             put_val(&af, &w->kvs[i].val);
+    long late_pos = -1; /* file offset of the late value's bytes */
+    for (size_t i = 0; ok && i < w->n_kv; i++) {
+        ok = put_str(&af, w->kvs[i].key, strlen(w->kvs[i].key)) &&
+             put_le(&af, w->kvs[i].val.type, 4);
+        if (ok && &w->kvs[i] == late) late_pos = ftell(af.fp) + 8;
+        ok = ok && put_val(&af, &w->kvs[i].val);
+    }
     for (size_t i = 0; ok && i < w->n_tensors; i++) {
         const w_tensor *t = &w->tensors[i];
         ok = put_str(&af, t->name, strlen(t->name)) && put_le(&af, t->n_dims, 4);
@@ -1068,6 +1123,19 @@ rp_status rp_gguf_w_write(rp_gguf_writer *w, const char *path, rp_progress_fn pr
             }
             src = scratch;
         }
+        if (late && w->late.tensor) {
+            rp_gguf_tensor view = {.name = t->name,
+                                   .type = (uint32_t)t->type,
+                                   .n_dims = t->n_dims,
+                                   .offset = t->offset,
+                                   .nbytes = t->nbytes,
+                                   .data = src};
+            memcpy(view.ne, t->ne, sizeof view.ne);
+            if ((s = w->late.tensor(w->late.user, &view))) {
+                ok = false;
+                break;
+            }
+        }
         ok = rp_atomic_write(&af, src, (size_t)t->nbytes) &&
              put_zeros(&af, rp_align_up(t->nbytes, al) - t->nbytes);
         if (ok && progress && !progress((float)(i + 1) / (float)w->n_tensors, user)) {
@@ -1077,6 +1145,19 @@ rp_status rp_gguf_w_write(rp_gguf_writer *w, const char *path, rp_progress_fn pr
         }
     }
     free(scratch);
+    if (ok && late) { /* the value is known now: over its placeholder */
+        char *value = rp_calloc(1, w->late_len + 1, "late value");
+        if (!value) s = RP_ERR_NOMEM;
+        if (value && !(s = w->late.finish(w->late.user, value))) {
+            if (late_pos < 0 || fseek(af.fp, late_pos, SEEK_SET) != 0)
+                s = rp_fail(RP_ERR_IO, "cannot seek in '%s' to write '%s'", af.tmp_path,
+                            w->late_key);
+            else
+                ok = rp_atomic_write(&af, value, w->late_len);
+        }
+        free(value);
+        ok = ok && !s;
+    }
     if (!ok) {
         rp_atomic_abort(&af);
         return s ? s : RP_ERR_IO;

@@ -158,6 +158,25 @@ uint64_t rp_gguf_w_n_tensors(const rp_gguf_writer *w);
  * and ggml write it); older writers stopped right after the header. */
 void rp_gguf_w_set_pad_empty(rp_gguf_writer *w, bool pad);
 
+/* A string value completed once the tensor data is written (a digest of the
+ * data, such as reprise.content_hash): `key` is written with `len`
+ * placeholder bytes; `tensor` sees every tensor as it is written (file order;
+ * t->data points at its bytes, t->offset is relative to the data section);
+ * `finish` then fills exactly len bytes, written over the placeholder before
+ * the file is committed. A failing callback fails the write. `free_user` (may
+ * be NULL) releases user with the writer. One per writer. */
+typedef struct rp_gguf_w_late {
+    rp_status (*tensor)(void *user, const rp_gguf_tensor *t);
+    rp_status (*finish)(void *user, char *value);
+    void (*free_user)(void *user);
+    void *user;
+} rp_gguf_w_late;
+rp_status rp_gguf_w_set_late_str(rp_gguf_writer *w, const char *key, size_t len,
+                                 const rp_gguf_w_late *late);
+
+/* Tensor i as added so far (name, type, shape, nbytes; data may be NULL when
+ * a fill callback provides it); false when i is out of range. */
+bool rp_gguf_w_tensor_info(const rp_gguf_writer *w, uint64_t i, rp_gguf_tensor *out);
 /* Bytes the file will have. */
 uint64_t rp_gguf_w_size(const rp_gguf_writer *w);
 /* Write atomically (temporary file + rename); nothing is left on failure. */

@@ -1,5 +1,6 @@
 #include "synth.h"
 #include "arch/arch.h"
+#include "planfile.h"
 #include "types.h"
 #include "util.h"
 
@@ -257,7 +258,8 @@ rp_status rp_synth_write(const rp_synth_params *p, const char *path, rp_progress
     st = st ? st : arch->synth(&s, &q);
     if (!st) {
         rp_gguf_w_set_fill(s.w, fill, &s);
-        st = rp_gguf_w_write(s.w, path, progress, user);
+        st = rp_content_hash_stamp(s.w);
+        st = st ? st : rp_gguf_w_write(s.w, path, progress, user);
     }
     for (size_t i = 0; i < s.n; i++) free(s.t[i].values);
     free(s.t);

@@ -240,7 +240,10 @@ const char *const g_plan_help =
     "                        '26,34' on 64 layers runs ...,25,26..33,26..33,34,...,63.\n"
     "  --layer-map MAP       the whole sequence of source layers, comma separated; an item is a\n"
     "                        layer 'k' or an inclusive range 'a..b' (ExLlamaV3 style):\n"
-    "                        '0..15,11..31' or '0,1,2,2,3'. Layers may repeat or be skipped.";
+    "                        '0..15,11..31' or '0,1,2,2,3'. Layers may repeat or be skipped.\n"
+    "  --plan FILE           a plan file (reprise plan save): its spec, applied only to the model\n"
+    "                        it was made for (architecture, layer count, content hash of the\n"
+    "                        weights); --plan-force accepts weights with another content hash.";
 
 void model_opts_init(model_opts *o) {
     memset(o, 0, sizeof *o);
@@ -250,7 +253,7 @@ void model_opts_init(model_opts *o) {
 
 const arg_opt *model_opts_table(model_opts *o) {
     /* One table per call site is enough: tools parse once. */
-    static arg_opt t[12];
+    static arg_opt t[14];
     arg_opt src[] = {
         {"-m|--model", ARG_STR, &o->model, "FILE", "GGUF model to load"},
         {"-c|--ctx-size", ARG_U32, &o->n_ctx, "N", "context size per sequence (0 = model's, max 4096)"},
@@ -260,6 +263,10 @@ const arg_opt *model_opts_table(model_opts *o) {
         {"-ctv|--cache-type-v", ARG_KVTYPE, &o->type_v, "TYPE", "KV cache type for V: f32 or f16 (default f16)"},
         {"--repeat-layers", ARG_STR, &o->repeat_layers, "SPEC", "RYS plan: repeat source layers [i,j) (see below)"},
         {"--layer-map", ARG_STR, &o->layer_map, "MAP", "explicit plan: '0..15,11..31' or '0,1,2,2,3'"},
+        {"--plan", ARG_STR, &o->plan_file, "FILE",
+         "plan file (reprise plan save) checked against the model"},
+        {"--plan-force", ARG_FLAG, &o->plan_force, NULL,
+         "apply --plan to weights with another content hash"},
         {"--dump-plan", ARG_FLAG, &o->dump_plan, NULL, "print the layer plan and exit"},
         {"-q|--quiet", ARG_FLAG, &o->quiet, NULL, "only errors on stderr"},
         {0},
@@ -282,6 +289,11 @@ bool tool_load(const char *cmd, const model_opts *o, uint32_t n_seq, rp_model **
         tool_error(cmd, "--repeat-layers and --layer-map are alternatives; give one");
         return false;
     }
+    if (o->plan_file && (o->repeat_layers || o->layer_map)) {
+        tool_error(cmd, "--plan and %s are alternatives; give one",
+                   o->repeat_layers ? "--repeat-layers" : "--layer-map");
+        return false;
+    }
     rp_model_params mp = rp_model_default_params();
     progress pr;
     progress_init(&pr, "loading");
@@ -300,10 +312,15 @@ bool tool_load(const char *cmd, const model_opts *o, uint32_t n_seq, rp_model **
     cp.n_threads = o->n_threads;
     cp.type_k = o->type_k;
     cp.type_v = o->type_v;
-    cp.repeat_layers = o->repeat_layers;
-    cp.layer_map = o->layer_map;
     cp.keep_hidden = o->keep_hidden;
+    struct rp_planfile *pf = NULL;
+    if (!tool_plan_resolve(cmd, o, *model, &pf, &cp.repeat_layers, &cp.layer_map)) {
+        rp_model_free(*model);
+        *model = NULL;
+        return false;
+    }
     s = rp_context_new(*model, &cp, ctx);
+    tool_plan_free(pf);
     if (s) {
         tool_fail(cmd, s);
         rp_model_free(*model);

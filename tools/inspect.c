@@ -150,6 +150,10 @@ int cmd_inspect(int argc, char **argv) {
         {"--full", ARG_FLAG, &full, NULL, "print arrays whole (JSON)"},
         {"--repeat-layers", ARG_STR, &mo.repeat_layers, "SPEC", "also show the plan this spec builds"},
         {"--layer-map", ARG_STR, &mo.layer_map, "MAP", "also show the plan this map builds"},
+        {"--plan", ARG_STR, &mo.plan_file, "FILE",
+         "also show the plan of this plan file (checked against FILE)"},
+        {"--plan-force", ARG_FLAG, &mo.plan_force, NULL,
+         "accept a plan file made for other weights"},
         {0},
     };
     const arg_opt *tables[] = {opts, NULL};
@@ -285,7 +289,7 @@ int cmd_inspect(int argc, char **argv) {
     free(alias);
     rp_gguf_close(g);
 
-    if (mo.repeat_layers || mo.layer_map) {
+    if (mo.repeat_layers || mo.layer_map || mo.plan_file) {
         rp_model *m;
         rp_context *c;
         int code;

@@ -23,6 +23,7 @@ static const command g_commands[] = {
     {"quantize", cmd_quantize, "quantize a model: llama.cpp types and mixtures (Q4_K_M, ...)"},
     {"bench", cmd_bench, "prompt and generation speed (llama-bench style table)"},
     {"merge", cmd_merge, "write a plan as a physically merged GGUF file"},
+    {"plan", cmd_plan, "plan files: save, show, check; the content hash of a model's weights"},
     {"demo", cmd_demo, "the `make run` job: a short generation on the built-in demo model"},
     {"gguf-copy", cmd_gguf_copy, "re-write a GGUF file through reprise's reader and writer"},
 };

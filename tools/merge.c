@@ -6,6 +6,7 @@
 #include "context.h"
 #include "gguf.h"
 #include "model.h"
+#include "planfile.h"
 #include "tools.h"
 
 #include <inttypes.h>
@@ -52,8 +53,8 @@ int cmd_merge(int argc, char **argv) {
         tool_error(cmd, "no output file (-o FILE)");
         return 2;
     }
-    if (!mo.repeat_layers && !mo.layer_map) {
-        tool_error(cmd, "no plan given (--repeat-layers SPEC or --layer-map MAP)");
+    if (!mo.repeat_layers && !mo.layer_map && !mo.plan_file) {
+        tool_error(cmd, "no plan given (--repeat-layers SPEC, --layer-map MAP or --plan FILE)");
         return 2;
     }
     mo.n_ctx = 16; /* the context only builds and validates the plan */
@@ -114,6 +115,7 @@ int cmd_merge(int argc, char **argv) {
             s = rp_gguf_w_add_tensor(w, name, (int)t->type, t->n_dims, t->ne, t->data);
         }
     }
+    if (!s) s = rp_content_hash_stamp(w); /* the merged weights' own identity, not the source's */
     progress pr;
     progress_init(&pr, "writing");
     if (!s) s = rp_gguf_w_write(w, out, progress_cb, &pr);

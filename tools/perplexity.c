@@ -171,9 +171,11 @@ static int load(const char *cmd, const model_opts *mo, int *c, bool c_given, uin
     cp.n_threads = mo->n_threads;
     cp.type_k = mo->type_k;
     cp.type_v = mo->type_v;
-    cp.repeat_layers = mo->repeat_layers;
-    cp.layer_map = mo->layer_map;
-    if ((s = rp_context_new(*model, &cp, ctx))) return tool_fail(cmd, s);
+    struct rp_planfile *pf = NULL; /* --plan FILE, checked against the model */
+    if (!tool_plan_resolve(cmd, mo, *model, &pf, &cp.repeat_layers, &cp.layer_map)) return 1;
+    s = rp_context_new(*model, &cp, ctx);
+    tool_plan_free(pf);
+    if (s) return tool_fail(cmd, s);
     FILE *fp = mo->dump_plan ? stdout : stderr;
     if (mo->dump_plan || g_verbosity > 0) {
         if (!mo->dump_plan) {
@@ -356,9 +358,11 @@ int cmd_perplexity(int argc, char **argv) {
             snprintf(desc, sizeof desc, "%s%s%s", slash ? slash + 1 : mo.model,
                      mo.repeat_layers ? " --repeat-layers "
                      : mo.layer_map   ? " --layer-map "
+                     : mo.plan_file   ? " --plan "
                                       : "",
                      mo.repeat_layers ? mo.repeat_layers
                      : mo.layer_map   ? mo.layer_map
+                     : mo.plan_file   ? mo.plan_file
                                       : "");
             if ((s = rp_kld_writer_open(base_path, &w, toks, text_len,
                                         rp_eval_text_hash(text, text_len), desc, &run.writer))) {

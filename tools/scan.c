@@ -128,7 +128,8 @@ int cmd_scan(int argc, char **argv) {
     size_t k = 0;
     for (size_t s = 0; shared[s].kind != ARG_END && k + 1 < sizeof mopts / sizeof mopts[0]; s++) {
         if (!strcmp(shared[s].names, "--repeat-layers") ||
-            !strcmp(shared[s].names, "--layer-map") || !strcmp(shared[s].names, "--dump-plan"))
+            !strcmp(shared[s].names, "--layer-map") || !strcmp(shared[s].names, "--dump-plan") ||
+            !strcmp(shared[s].names, "--plan") || !strcmp(shared[s].names, "--plan-force"))
             continue;
         mopts[k] = shared[s];
         if (!strcmp(mopts[k].names, "-c|--ctx-size"))

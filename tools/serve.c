@@ -9,6 +9,8 @@
  * SIGTERM; serve_api.c the endpoints; serve_engine.c the inference thread. */
 #include "serve.h"
 #include "chat.h"
+#include "context.h"
+#include "planfile.h"
 #include "tools.h"
 
 #include <errno.h>
@@ -20,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -443,15 +446,120 @@ static int listen_on(const char *host, int port, int *bound, bool *loopback) {
 
 /* ---- the command ------------------------------------------------------------ */
 
-static const char *plan_kind(const model_opts *mo) {
-    if (mo->repeat_layers && *mo->repeat_layers) return "repeat-layers";
-    if (mo->layer_map && *mo->layer_map) return "layer-map";
+static const char *plan_kind(const char *repeat, const char *map) {
+    if (repeat && *repeat) return "repeat-layers";
+    if (map && *map) return "layer-map";
     return "identity";
 }
 
 static const char *base_name(const char *path) {
     const char *s = strrchr(path, '/');
     return s ? s + 1 : path;
+}
+
+static bool is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Only what a --repeat-layers spec is made of: anything else names a file. */
+static bool looks_like_spec(const char *s) {
+    return *s && strspn(s, "0123456789,;- \t") == strlen(s);
+}
+
+/* What the entries own beyond their contexts. */
+typedef struct entry_store {
+    rp_planfile *pf[SRV_MAX_PLANS];
+    char *names[SRV_MAX_PLANS];
+    int n_pf, n_names;
+    char hash[TOOL_HASH_SIZE]; /* the base weights' content hash, once needed */
+    bool have_hash;
+} entry_store;
+
+/* Reads one --plan value into entry en (its context not created yet):
+ * NAME=SPEC (RYS blocks), NAME=map:MAP, NAME=FILE or FILE. */
+static bool parse_plan_arg(const char *cmd, const char *arg, const model_opts *mo,
+                           const rp_model *m, entry_store *st, srv_entry *en, const char **repeat,
+                           const char **map) {
+    const char *eq = strchr(arg, '=');
+    const char *val = arg, *file = NULL;
+    char name[RP_PLAN_NAME_MAX + 1] = "";
+    *repeat = *map = NULL;
+    if (eq && !is_file(arg)) {
+        if ((size_t)(eq - arg) > RP_PLAN_NAME_MAX) {
+            tool_error(cmd, "--plan %s: the name before '=' is longer than %d characters", arg,
+                       RP_PLAN_NAME_MAX);
+            return false;
+        }
+        snprintf(name, sizeof name, "%.*s", (int)(eq - arg), arg);
+        val = eq + 1;
+        if (!rp_planfile_name_valid(name)) {
+            tool_error(cmd,
+                       "--plan %s: name '%s' is not usable: 1..%d characters of A-Z a-z 0-9 and . "
+                       "_ : + / -",
+                       arg, name, RP_PLAN_NAME_MAX);
+            return false;
+        }
+    }
+    if (name[0] && !*val) {
+        tool_error(cmd, "--plan %s: nothing after '=' (a spec, map:MAP or a plan file)", arg);
+        return false;
+    }
+    if (name[0] && !strncmp(val, "map:", 4))
+        *map = val + 4;
+    else if (name[0] && looks_like_spec(val) && !is_file(val))
+        *repeat = val;
+    else
+        file = val;
+    if (!file) {
+        if (!**(*repeat ? repeat : map)) {
+            tool_error(cmd, "--plan %s: empty spec", arg);
+            return false;
+        }
+        en->plan_kind = *repeat ? "repeat-layers" : "layer-map";
+        en->plan_spec = *repeat ? *repeat : *map;
+        en->description = "";
+    } else {
+        rp_planfile *pf;
+        rp_status s = rp_planfile_read(file, &pf);
+        if (s) {
+            rp_fail_prefix(s, "--plan %s", arg);
+            tool_fail(cmd, s);
+            return false;
+        }
+        st->pf[st->n_pf++] = pf;
+        if (!st->have_hash && !tool_content_hash(cmd, m, st->hash)) return false;
+        st->have_hash = true;
+        bool forced = false;
+        if ((s = rp_planfile_check(pf, m, st->hash, mo->plan_force, &forced))) {
+            rp_fail_prefix(s, "--plan %s", arg);
+            tool_fail(cmd, s);
+            return false;
+        }
+        if (forced)
+            fprintf(stderr,
+                    "warning: --plan-force: plan '%s' (%s) was made for the weights %s%s%s%s; "
+                    "%s holds %s. Serving it anyway (same architecture %s, same %d layers): its "
+                    "effect on these weights is untested\n",
+                    pf->name, file, pf->content_hash, pf->base_file ? " (" : "",
+                    pf->base_file ? pf->base_file : "", pf->base_file ? ")" : "", mo->model,
+                    st->hash, pf->arch, pf->n_layer);
+        en->plan_kind = pf->kind == RP_PLAN_REPEAT ? "repeat-layers" : "layer-map";
+        en->plan_spec = pf->spec;
+        en->plan_file = file;
+        en->plan_name = pf->name;
+        en->description = pf->description;
+        en->plan_forced = forced;
+        *(pf->kind == RP_PLAN_REPEAT ? repeat : map) = pf->spec;
+    }
+    char *nm = strdup(name[0] ? name : en->plan_name);
+    if (!nm) {
+        tool_fail(cmd, RP_ERR_NOMEM);
+        return false;
+    }
+    st->names[st->n_names++] = nm;
+    en->name = nm;
+    return true;
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -463,6 +571,7 @@ int cmd_serve(int argc, char **argv) {
     float timeout = 600.0f, grace = 10.0f;
     uint64_t max_body = 4u << 20;
     bool verbose = false;
+    str_list plans = {0};
     char template_help[512];
     snprintf(template_help, sizeof template_help, "chat template: %s (default: the model's own)",
              rp_chat_names());
@@ -485,16 +594,34 @@ int cmd_serve(int argc, char **argv) {
         {"--grace", ARG_FLOAT, &grace, "S",
          "on SIGTERM, seconds running requests get to finish (default 10)"},
         {"-v|--verbose", ARG_FLAG, &verbose, NULL, "log every request"},
+        {"--plan", ARG_STRS, &plans, "NAME=SPEC|NAME=FILE|FILE",
+         "also serve a plan as model NAME (repeatable; see below)"},
         {0},
     };
-    const arg_opt *tables[] = {opts, model_opts_table(&mo), NULL};
+    /* the shared model options, less --plan, which reads differently here */
+    arg_opt mopts[24];
+    const arg_opt *shared = model_opts_table(&mo);
+    size_t k = 0;
+    for (size_t i = 0; shared[i].kind != ARG_END && k + 1 < sizeof mopts / sizeof mopts[0]; i++)
+        if (strcmp(shared[i].names, "--plan")) mopts[k++] = shared[i];
+    memset(&mopts[k], 0, sizeof mopts[k]);
+    const arg_opt *tables[] = {opts, mopts, NULL};
     arg_spec spec = {
         cmd,
-        "reprise serve -m MODEL [--repeat-layers SPEC] [--parallel N] [--port N] [options]",
+        "reprise serve -m MODEL [--repeat-layers SPEC] [--plan NAME=SPEC ...] [--parallel N] "
+        "[--port N] [options]",
         "An OpenAI-compatible HTTP server: GET /health, /v1/models, /props; POST /v1/completions,\n"
         "/v1/chat/completions (stream: true for server-sent events), llama.cpp's /completion,\n"
         "/tokenize and /detokenize. Every slot runs the plan over the one copy of the weights.\n"
-        "SIGTERM stops accepting, lets running requests finish (--grace) and exits 0.",
+        "SIGTERM stops accepting, lets running requests finish (--grace) and exits 0.\n\n"
+        "Several plans, one copy of the weights: the model (with --repeat-layers/--layer-map if\n"
+        "given) is served under its file name (or -a NAME), and each --plan as another model:\n"
+        "  --plan rys-s=33,34       RYS blocks (--repeat-layers grammar) served as 'rys-s'\n"
+        "  --plan deep=map:0..9,4..31   a --layer-map served as 'deep'\n"
+        "  --plan rys-xl=rys.json   a plan file (reprise plan save), checked against the weights\n"
+        "  --plan rys.json          the same, served under the name in the file\n"
+        "A request's \"model\" picks one (none: the first). Each has its own --parallel slots and\n"
+        "KV cache sized for its plan; --plan-force accepts plan files made for other weights.",
         tables,
         NULL,
         0,
@@ -541,28 +668,79 @@ int cmd_serve(int argc, char **argv) {
     int code;
     if (!tool_load(cmd, &mo, (uint32_t)n_parallel, &model, &ctx, &code)) return code;
 
-    srv_entry entry = {
+    /* entry 0: the model as loaded; then one entry per --plan, each its own
+     * context (plan, KV, slots) over the same rp_model: the weights are mapped once */
+    srv_entry entries[1 + SRV_MAX_PLANS];
+    memset(entries, 0, sizeof entries);
+    entry_store store;
+    memset(&store, 0, sizeof store);
+    int n_entries = 1;
+    entries[0] = (srv_entry){
         .name = (char *)(alias ? alias : base_name(mo.model)),
         .ctx = ctx,
         .n_slot = n_parallel,
         .n_ctx = rp_context_n_ctx(ctx),
-        .plan_kind = plan_kind(&mo),
+        .plan_kind = plan_kind(mo.repeat_layers, mo.layer_map),
         .plan_spec = mo.repeat_layers ? mo.repeat_layers
                      : mo.layer_map   ? mo.layer_map
                                       : "",
+        .description = "",
     };
-    srv_server srv = {
-        .model = model,
-        .model_path = mo.model,
-        .entries = &entry,
-        .n_entries = 1,
-        .api_key = api_key,
-        .chat_template = chat_template,
-        .timeout = timeout,
-        .max_body = (size_t)max_body,
-        .n_batch = mo.n_batch ? (int)mo.n_batch : 512,
-        .t_start = rp_time_s(),
-    };
+    int ret = 1, bound = 0;
+    srv_server srv;
+    memset(&srv, 0, sizeof srv);
+    struct MHD_Daemon *d = NULL;
+    for (int i = 0; i < plans.n; i++) {
+        srv_entry *en = &entries[n_entries];
+        const char *rep, *map;
+        if (!parse_plan_arg(cmd, plans.v[i], &mo, model, &store, en, &rep, &map)) goto out;
+        for (int j = 0; j < n_entries; j++)
+            if (!strcmp(entries[j].name, en->name)) {
+                tool_error(cmd, "--plan %s: the name '%s' is already served%s", plans.v[i],
+                           en->name, j == 0 ? " (the model itself: -a NAME renames it)" : "");
+                goto out;
+            }
+        rp_context_params cp = rp_context_default_params();
+        cp.n_ctx = mo.n_ctx;
+        cp.n_batch = mo.n_batch;
+        cp.n_seq_max = (uint32_t)n_parallel;
+        cp.n_threads = mo.n_threads;
+        cp.type_k = mo.type_k;
+        cp.type_v = mo.type_v;
+        cp.repeat_layers = rep;
+        cp.layer_map = map;
+        rp_status s = rp_context_new(model, &cp, &en->ctx);
+        if (!s)
+            s = rp_context_share_pool(en->ctx, ctx); /* one decodes at a time: one set of threads */
+        if (s) {
+            rp_fail_prefix(s, "--plan %s", plans.v[i]);
+            tool_fail(cmd, s);
+            goto out;
+        }
+        en->n_slot = n_parallel;
+        en->n_ctx = rp_context_n_ctx(en->ctx);
+        n_entries++;
+        if (g_verbosity > 0) {
+            int band, nb = rp_plan_boundary_repeats(en->ctx->plan, &band);
+            fprintf(stderr,
+                    "serve: model '%s': %s %s%s%s: %d -> %d layers, state %.2f MiB (%d slots x %u "
+                    "positions)%s\n",
+                    en->name, en->plan_kind, en->plan_spec, en->plan_file ? " from " : "",
+                    en->plan_file ? en->plan_file : "", rp_model_n_layer(model),
+                    rp_context_n_eff(en->ctx), (double)rp_context_state_bytes(en->ctx) / 1048576.0,
+                    n_parallel, en->n_ctx, nb ? "; warning: repeats boundary layers" : "");
+        }
+    }
+    srv.model = model;
+    srv.model_path = mo.model;
+    srv.entries = entries;
+    srv.n_entries = n_entries;
+    srv.api_key = api_key;
+    srv.chat_template = chat_template;
+    srv.timeout = timeout;
+    srv.max_body = (size_t)max_body;
+    srv.n_batch = mo.n_batch ? (int)mo.n_batch : 512;
+    srv.t_start = rp_time_s();
     atomic_init(&srv.stopping, false);
     atomic_init(&srv.counter, (uint_fast64_t)time(NULL) << 20);
     json_object_seed(0);
@@ -578,24 +756,21 @@ int cmd_serve(int argc, char **argv) {
             snprintf(srv.chat_err, sizeof srv.chat_err, "%s", rp_last_error());
             if (chat_template) {
                 tool_error(cmd, "--chat-template: %s", srv.chat_err);
-                rp_context_free(ctx);
-                rp_model_free(model);
-                return 2;
+                ret = 2;
+                goto out;
             }
             if (g_verbosity > 0)
                 fprintf(stderr, "serve: /v1/chat/completions is unavailable: %s\n", srv.chat_err);
         }
     }
 
-    int ret = 1, bound = 0;
     bool loopback = true;
-    struct MHD_Daemon *d = NULL;
     int lfd = listen_on(host, port, &bound, &loopback);
     if (lfd < 0) goto out;
     if (!loopback && !api_key)
         fprintf(stderr, "serve: warning: listening on %s, beyond this machine, without --api-key\n",
                 host);
-    srv.engine = srv_engine_start(&entry, 1, srv.n_batch);
+    srv.engine = srv_engine_start(entries, n_entries, srv.n_batch);
     if (!srv.engine) {
         tool_fail(cmd, RP_ERR_NOMEM);
         close(lfd);
@@ -615,11 +790,17 @@ int cmd_serve(int argc, char **argv) {
         goto out;
     }
     if (g_verbosity > 0) {
+        rp_buf names = {0};
+        for (int i = 0; i < n_entries; i++)
+            rp_buf_printf(&names, "%s'%s'", i ? ", " : "", entries[i].name);
         fprintf(stderr,
-                "serve: model '%s', %d slot%s x %u positions, listening on http://%s%s%s:%d%s\n",
-                entry.name, n_parallel, n_parallel == 1 ? "" : "s", entry.n_ctx,
-                strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "", bound,
-                api_key ? " (API key required)" : "");
+                "serve: model%s %s, %d slot%s%s x %u positions, weights mapped once (%.2f MiB), "
+                "listening on http://%s%s%s:%d%s\n",
+                n_entries > 1 ? "s" : "", names.data ? names.data : "", n_parallel,
+                n_parallel == 1 ? "" : "s", n_entries > 1 ? " each" : "", entries[0].n_ctx,
+                (double)rp_model_weight_bytes(model) / 1048576.0, strchr(host, ':') ? "[" : "",
+                host, strchr(host, ':') ? "]" : "", bound, api_key ? " (API key required)" : "");
+        rp_buf_free(&names);
         fflush(stderr);
     }
 
@@ -644,7 +825,13 @@ int cmd_serve(int argc, char **argv) {
 out:
     if (d) MHD_stop_daemon(d);
     srv_engine_free(srv.engine);
+    for (int i = n_entries - 1; i >= 1; i--)
+        rp_context_free(entries[i].ctx); /* they borrow entry 0's threads */
+    if (n_entries < 1 + SRV_MAX_PLANS)
+        rp_context_free(entries[n_entries].ctx); /* one that failed half-way */
     rp_context_free(ctx);
+    for (int i = 0; i < store.n_pf; i++) rp_planfile_free(store.pf[i]);
+    for (int i = 0; i < store.n_names; i++) free(store.names[i]);
     rp_model_free(model);
     if (ret == 0 && g_verbosity > 0) fprintf(stderr, "serve: stopped\n");
     return ret;

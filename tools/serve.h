@@ -22,6 +22,7 @@
 
 #define SRV_MAX_STOP     16  /* stop strings per request */
 #define SRV_MAX_STOP_LEN 256 /* bytes per stop string */
+#define SRV_MAX_PLANS    32  /* --plan entries besides the model itself */
 
 /* One servable model: a name clients put in "model", a context with its plan,
  * and the slots (sequences) of that context. Several entries may share one
@@ -31,9 +32,13 @@ typedef struct srv_entry {
     rp_context *ctx;
     int n_slot;
     uint32_t n_ctx;
-    const char *plan_kind;  /* "identity", "repeat-layers", "layer-map" */
-    const char *plan_spec;  /* as given, or "" */
-    struct srv_slot *slots; /* engine-private */
+    const char *plan_kind;   /* "identity", "repeat-layers", "layer-map" */
+    const char *plan_spec;   /* as given, or "" */
+    const char *plan_file;   /* the plan file it came from, or NULL */
+    const char *plan_name;   /* that file's plan name, or NULL */
+    const char *description; /* that file's description, or "" */
+    bool plan_forced;        /* --plan-force accepted weights with another content hash */
+    struct srv_slot *slots;  /* engine-private */
 } srv_entry;
 
 typedef enum srv_finish {

@@ -773,16 +773,24 @@ static json_t *plan_json(const srv_entry *en) {
     if (report) rp_context_plan_report(c, report, (size_t)need + 1);
     if (compact) rp_plan_format(p, compact, (size_t)fn + 1);
     json_t *j = json_pack(
-        "{s:s,s:s,s:i,s:i,s:s,s:o,s:o,s:i,s:i,s:f,s:f,s:I,s:I,s:s}", "kind", en->plan_kind, "spec",
-        en->plan_spec, "n_layer", rp_model_n_layer(m), "n_eff", rp_context_n_eff(c),
+        "{s:s,s:s,s:i,s:i,s:s,s:o,s:o,s:i,s:i,s:f,s:f,s:I,s:I,s:I,s:I,s:s}", "kind", en->plan_kind,
+        "spec", en->plan_spec, "n_layer", rp_model_n_layer(m), "n_eff", rp_context_n_eff(c),
         "eff_to_src_compact", compact ? compact : "", "eff_to_src", src, "seams", seams, "kv_slots",
         kv_plan, "kv_slots_identity", kv_id, "kv_growth", kv_id ? (double)kv_plan / kv_id : 1.0,
         "compute_growth", (double)p->n_eff / p->n_src, "state_bytes",
         (json_int_t)rp_context_state_bytes(c), "state_bytes_per_slot",
-        (json_int_t)(rp_context_state_bytes(c) / (uint64_t)en->n_slot), "report",
-        report ? report : "");
+        (json_int_t)(rp_context_state_bytes(c) / (uint64_t)en->n_slot), "kv_bytes",
+        (json_int_t)c->state.kv_bytes, "kv_bytes_per_slot",
+        (json_int_t)(c->state.kv_bytes / (uint64_t)en->n_slot), "report", report ? report : "");
     free(report);
     free(compact);
+    if (j &&
+        en->plan_file) { /* where the plan came from, and whether it was made for these weights */
+        json_object_set_new(j, "file", json_string(en->plan_file));
+        json_object_set_new(j, "name", json_string(en->plan_name));
+        json_object_set_new(j, "description", json_string(en->description));
+        json_object_set_new(j, "forced", json_boolean(en->plan_forced));
+    }
     return j;
 }
 
@@ -801,12 +809,15 @@ enum MHD_Result api_models(srv_req *r, json_t *body) {
         const srv_entry *en = &srv->entries[i];
         json_array_append_new(
             data,
-            json_pack("{s:s,s:s,s:I,s:s,s:{s:s,s:i,s:i,s:i,s:I,s:I}}", "id", en->name, "object",
-                      "model", "created", (json_int_t)created, "owned_by", "reprise", "meta",
-                      "arch", rp_model_arch(srv->model), "n_ctx", (int)en->n_ctx, "n_layer",
-                      rp_model_n_layer(srv->model), "n_eff", rp_context_n_eff(en->ctx), "n_params",
-                      (json_int_t)rp_model_n_params(srv->model), "size",
-                      (json_int_t)rp_model_weight_bytes(srv->model)));
+            json_pack("{s:s,s:s,s:I,s:s,s:{s:s,s:i,s:i,s:i,s:I,s:I,s:s,s:s,s:s,s:I}}", "id",
+                      en->name, "object", "model", "created", (json_int_t)created, "owned_by",
+                      "reprise", "meta", "arch", rp_model_arch(srv->model), "n_ctx", (int)en->n_ctx,
+                      "n_layer", rp_model_n_layer(srv->model), "n_eff", rp_context_n_eff(en->ctx),
+                      "n_params", (json_int_t)rp_model_n_params(srv->model), "size",
+                      (json_int_t)rp_model_weight_bytes(srv->model), "plan", en->plan_kind, "spec",
+                      en->plan_spec, "description", en->description ? en->description : "",
+                      "kv_bytes_per_slot",
+                      (json_int_t)(en->ctx->state.kv_bytes / (uint64_t)en->n_slot)));
     }
     return srv_reply_json(r, 200, json_pack("{s:s,s:o}", "object", "list", "data", data));
 }
@@ -823,7 +834,7 @@ enum MHD_Result api_props(srv_req *r, json_t *body) {
         state += rp_context_state_bytes(srv->entries[i].ctx);
         total += srv->entries[i].n_slot;
     }
-    uint64_t rss, peak;
+    uint64_t rss, peak, weights = rp_model_weight_bytes(srv->model);
     proc_rss(&rss, &peak);
     char desc[256];
     rp_model_desc(srv->model, desc, sizeof desc);
@@ -831,19 +842,22 @@ enum MHD_Result api_props(srv_req *r, json_t *body) {
     const char *tmpl = rp_model_meta_str(srv->model, "tokenizer.chat_template");
     rp_buf clean = {0};
     if (tmpl) utf8_append_valid(&clean, tmpl, strlen(tmpl));
-    json_t *j = json_pack(
-        "{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:i,s:o,s:o,s:{s:f,s:i,s:f,s:f,s:i},s:{s:I,s:I,s:I,s:I},s:s?,"
-        "s:s?,s:b,s:s}",
-        "model", en0->name, "model_path", srv->model_path, "model_desc", desc, "arch",
-        rp_model_arch(srv->model), "n_ctx", (int)en0->n_ctx, "n_ctx_train",
-        rp_model_n_ctx_train(srv->model), "n_vocab", rp_vocab_n_tokens(rp_model_vocab(srv->model)),
-        "total_slots", total, "plan", plan_json(en0), "models", models,
-        "default_generation_settings", "temperature", (double)d.temp, "top_k", d.top_k, "top_p",
-        (double)d.top_p, "min_p", (double)d.min_p, "n_predict", -1, "memory", "weight_bytes",
-        (json_int_t)rp_model_weight_bytes(srv->model), "state_bytes", (json_int_t)state,
-        "rss_bytes", (json_int_t)rss, "peak_rss_bytes", (json_int_t)peak, "chat_template",
-        clean.data, "chat_template_name", srv->chat_template, "chat", srv->chat_ok, "build_info",
-        "reprise " RP_VERSION);
+    json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:i,s:o,s:o,s:{s:f,s:i,s:f,s:f,s:i},s:{s:I,"
+                          "s:I,s:I,s:I,s:f,s:f},s:s?,"
+                          "s:s?,s:b,s:s}",
+                          "model", en0->name, "model_path", srv->model_path, "model_desc", desc,
+                          "arch", rp_model_arch(srv->model), "n_ctx", (int)en0->n_ctx,
+                          "n_ctx_train", rp_model_n_ctx_train(srv->model), "n_vocab",
+                          rp_vocab_n_tokens(rp_model_vocab(srv->model)), "total_slots", total,
+                          "plan", plan_json(en0), "models", models, "default_generation_settings",
+                          "temperature", (double)d.temp, "top_k", d.top_k, "top_p", (double)d.top_p,
+                          "min_p", (double)d.min_p, "n_predict", -1, "memory", "weight_bytes",
+                          (json_int_t)weights, "state_bytes", (json_int_t)state, "rss_bytes",
+                          (json_int_t)rss, "peak_rss_bytes", (json_int_t)peak, "rss_over_weights",
+                          weights ? (double)rss / (double)weights : 0.0, "peak_rss_over_weights",
+                          weights ? (double)peak / (double)weights : 0.0, "chat_template",
+                          clean.data, "chat_template_name", srv->chat_template, "chat",
+                          srv->chat_ok, "build_info", "reprise " RP_VERSION);
     rp_buf_free(&clean);
     return srv_reply_json(r, 200, j);
 }

@@ -87,11 +87,13 @@ typedef struct model_opts {
     bool dump_plan;
     bool quiet;
     bool keep_hidden; /* the context keeps final hidden states (speculative MTP drafting) */
+    const char *plan_file; /* --plan FILE: a plan file (tools/plan.c) */
+    bool plan_force;       /* --plan-force: accept weights whose content hash differs */
 } model_opts;
 
 void model_opts_init(model_opts *o);
 /* The option table for model_opts (-m, -c, -b, -t, -ctk, -ctv, --repeat-layers,
- * --layer-map, --dump-plan). */
+ * --layer-map, --plan, --plan-force, --dump-plan). */
 const arg_opt *model_opts_table(model_opts *o);
 extern const char *const g_plan_help; /* how the plan grammars read, for --help */
 
@@ -99,6 +101,22 @@ extern const char *const g_plan_help; /* how the plan grammars read, for --help 
  * --dump-plan prints the plan and returns false with *exit_code 0. */
 bool tool_load(const char *cmd, const model_opts *o, uint32_t n_seq, rp_model **model,
                rp_context **ctx, int *exit_code);
+
+/* ---- plan files (tools/plan.c) ---------------------------------------------- */
+
+struct rp_planfile;
+#define TOOL_HASH_SIZE 48 /* holds "xxh3-128:" + 32 hex digits */
+/* The content hash of m's weights (from its metadata, the cache beside it, or
+ * computed now with a message and progress). false after printing an error. */
+bool tool_content_hash(const char *cmd, const rp_model *m, char hash[TOOL_HASH_SIZE]);
+/* The plan of o for model m: --repeat-layers / --layer-map as given, or the
+ * plan file of --plan read and checked against m (a refusal names the reason;
+ * --plan-force accepts another content hash with a loud warning). *repeat and
+ * *map may point into *pf: free it with tool_plan_free once the context
+ * exists. false after printing an error. */
+bool tool_plan_resolve(const char *cmd, const model_opts *o, const rp_model *m,
+                       struct rp_planfile **pf, const char **repeat, const char **map);
+void tool_plan_free(struct rp_planfile *pf);
 
 /* Text helpers. */
 char *tool_read_text(const char *cmd, const char *path, size_t *len); /* NULL on error */
@@ -120,5 +138,6 @@ int cmd_bench(int argc, char **argv);
 int cmd_gguf_copy(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_scan(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 
 #endif

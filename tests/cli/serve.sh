@@ -104,6 +104,43 @@ if SMODEL="$S/models/synth/qwen3-tiny-Q8_0.gguf" start_server F -np 2 -c 512; th
     stop_server F
 fi
 
+# ---- G: several plans over one copy of the weights: the model, two specs and a plan file
+"$BIN" plan save -m "$M" --repeat-layers 3,4 --name rys-3-4 -o "$T/p34.json" -q
+"$BIN" plan save -m "$S/models/synth/qwen3-tiny.gguf" --repeat-layers 3,5 --name q -o "$T/q.json" -q
+"$BIN" plan save -m "$S/models/synth/qwen3-tiny-Q8_0.gguf" --repeat-layers 1,4 --name q8 -o "$T/q8.json" -q
+expect_error serve_plan_bad_name "name 'a b' is not usable" "$BIN" serve -m "$M" --plan "a b=1,3" --port 0
+expect_error serve_plan_bad_spec "plan x=4,9: --repeat-layers: block 1 '4,9'" "$BIN" serve -m "$M" --plan x=4,9 --port 0
+expect_error serve_plan_duplicate "name 'x' is already served" "$BIN" serve -m "$M" --plan x=1,3 --plan x=2,3 --port 0
+expect_error serve_plan_same_as_model "already served (the model itself" "$BIN" serve -m "$M" --plan stories260K.gguf=1,3 --port 0
+expect_error serve_plan_other_model "architecture differs" "$BIN" serve -m "$M" --plan "$T/q.json" --port 0
+expect_error serve_plan_missing_file "cannot open plan file" "$BIN" serve -m "$M" --plan "x=$T/none.json" --port 0
+expect_error serve_plan_empty "nothing after '='" "$BIN" serve -m "$M" --plan "x=" --port 0
+expect_error serve_plan_other_weights "content hash differs" "$BIN" serve -m "$S/models/synth/qwen3-tiny.gguf" \
+    --plan "$T/q8.json" --port 0
+if start_server G -np 2 -c 256 -b 32 --plan rys=1,3 --plan deep=map:0..4,2..4 --plan "$T/p34.json"; then
+    grep -q "serve: models 'stories260K.gguf', 'rys', 'deep', 'rys-3-4', 2 slots each" "$T/G.err" && ok serve_multi_startup_log \
+        || fail serve_multi_startup_log "$(grep '^serve:' "$T/G.err")"
+    checks multiplan CTX=256 SLOTS=2 N_PLAN_FILES=1 \
+        PLANS="stories260K.gguf||5;rys|--repeat-layers 1,3|7;deep|--layer-map 0..4,2..4|8;rys-3-4|--plan $T/p34.json|6"
+    stop_server G
+fi
+
+# ---- H: the weights are mapped once: a server with three plans holds at most the extra plans'
+# KV (plus a fixed allowance) more than a server with one, far less than a copy of the weights
+Q="$S/models/synth/qwen3-tiny.gguf"
+if SMODEL="$Q" start_server H1 -np 2 -c 256 -b 32; then
+    PID_ONE=$PID PORT_ONE=$PORT
+    # the third plan is a plan file made for the Q8_0 quantization of these weights: --plan-force
+    if SMODEL="$Q" start_server H3 -np 2 -c 256 -b 32 --plan a=2,5 --plan "$T/q8.json" --plan-force; then
+        grep -q "^warning: --plan-force: plan 'q8'" "$T/H3.err" && grep -q "models 'qwen3-tiny.gguf', 'a', 'q8'," "$T/H3.err" \
+            && ok serve_plan_forced || fail serve_plan_forced "$(grep -v '^  ' "$T/H3.err" | head -5)"
+        checks memory PORT_ONE="$PORT_ONE" MODEL="$Q" SLACK_MIB=6 FORCED=q8
+        stop_server H3
+    fi
+    PID=$PID_ONE
+    stop_server H1
+fi
+
 # ---- D, E: SIGTERM with requests in flight (running ones finish / are cut at --grace)
 if start_server D -np 2 -c 8192 --grace 60; then
     checks sigterm SIGTERM_TOKENS=200 SIGTERM_EXPECT=finish

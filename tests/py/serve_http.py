@@ -4,7 +4,9 @@
 usage: serve_http.py GROUP PORT
 Environment: BIN (the reprise binary), MODEL (the .gguf), MODEL_ID (its id in
 /v1/models), PLAN (extra `run` flags matching the server's plan, e.g.
-"--repeat-layers 1,3"), CTX (the server's -c), SERVER_PID, API_KEY.
+"--repeat-layers 1,3"), CTX (the server's -c), SERVER_PID, API_KEY; for several
+plans in one server PLANS ("id|run flags|n_eff;..."), SLOTS, N_PLAN_FILES, and
+PORT_ONE (a single-model server to compare memory with).
 Prints "ok NAME" or "FAIL NAME: why" per check (tests/run.sh counts them) and
 "info ..." lines with figures.
 """
@@ -685,7 +687,208 @@ def group_bytes():
     check("bytes_replacements_seen", "\ufffd" in want, "the model produced only valid UTF-8; pick other prompts")
 
 
-GROUPS = {"bytes": group_bytes, "basic": group_basic, "errors": group_errors, "auth": group_auth, "disconnect": group_disconnect,
+def parse_plans():
+    """PLANS="id|run flags|n_eff;...": the server's models in order, each with
+    the `reprise run` flags of its plan and its step count."""
+    out = []
+    for item in os.environ.get("PLANS", "").split(";"):
+        mid, flags, n_eff = item.split("|")
+        out.append((mid, flags.split(), int(n_eff)))
+    return out
+
+
+def run_plan(flags, prompt, n):
+    """`reprise run --temp 0` with a plan's flags: the single-plan reference."""
+    cmd = [BIN, "run", "-m", MODEL, "-p", prompt, "-n", str(n), "--temp", "0", "-t", "1"] + flags
+    if CTX:
+        cmd += ["-c", CTX]
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=300).stdout
+    return (out[:-1] if out.endswith(b"\n") else out).decode("utf-8", "replace")
+
+
+def group_multiplan():
+    """One server, several plans over one copy of the weights: each is a model
+    in /v1/models; a request's "model" picks the plan; concurrent requests to
+    different plans give exactly what `reprise run` gives with that plan alone."""
+    plans = parse_plans()
+    ids = [p[0] for p in plans]
+    s, j, _ = request("GET", "/v1/models")
+    got = [m["id"] for m in (j or {}).get("data", [])]
+    check("multi_models_listed", s == 200 and got == ids, (got, ids))
+    metas = {m["id"]: m["meta"] for m in (j or {}).get("data", [])}
+    check("multi_models_meta", all(metas.get(i, {}).get("n_eff") == e for i, _, e in plans), metas)
+    s, j, _ = request("GET", "/props")
+    models = {m["id"]: m for m in (j or {}).get("models", [])}
+    n_layer = plans[0][2]
+    kv0 = models.get(ids[0], {}).get("plan", {}).get("kv_bytes_per_slot", 0)
+    good = s == 200 and kv0 > 0
+    for mid, _, n_eff in plans:
+        pl = models.get(mid, {}).get("plan", {})
+        # uniform layers: every step holds the same KV, so KV per slot scales with n_eff
+        good = good and pl.get("n_eff") == n_eff and pl.get("kv_bytes_per_slot", 0) * n_layer == kv0 * n_eff
+    check("multi_props_per_plan", good, {k: (v["plan"]["n_eff"], v["plan"]["kv_bytes_per_slot"]) for k, v in models.items()})
+    mem = (j or {}).get("memory", {})
+    state = sum(m["plan"]["state_bytes"] for m in models.values())
+    check("multi_props_memory", mem.get("state_bytes") == state and mem.get("weight_bytes", 0) > 0
+          and mem.get("rss_bytes", 0) > 0 and mem.get("peak_rss_bytes", 0) >= mem.get("rss_bytes", 0)
+          and abs(mem.get("rss_over_weights", 0) - mem["rss_bytes"] / mem["weight_bytes"]) < 1e-6, mem)
+    files = [m for m in models.values() if "file" in m["plan"]]
+    check("multi_props_plan_file", len(files) == int(os.environ.get("N_PLAN_FILES", "0"))
+          and all(f["plan"]["forced"] is False and f["plan"]["name"] for f in files), files)
+
+    n = 40
+    prompts = PROMPTS[:3]
+    want = {(mid, p): run_plan(flags, p, n) for mid, flags, _ in plans for p in prompts}
+    distinct = {want[(mid, prompts[1])] for mid in ids}
+    check("multi_plans_differ", len(distinct) == len(ids), "plans give the same text: the check could not see "
+          "a request answered by the wrong plan")
+    # every (plan, prompt) twice, all at once, over three APIs: more requests than slots
+    jobs = [(mid, p, k) for mid in ids for p in prompts for k in range(2)]
+    res, lock = [], threading.Lock()
+
+    def go(mid, p, k):
+        try:
+            if k == 0:
+                st, jj, b = completion(p, n, model=mid)
+                text = jj["choices"][0]["text"] if st == 200 else b
+                ok_ = st == 200 and jj["model"] == mid
+            elif (ids.index(mid) + prompts.index(p)) % 2:
+                st, _, ev, _ = stream("/v1/completions", {"prompt": p, "max_tokens": n, "temperature": 0,
+                                                          "stream": True, "model": mid})
+                chunks = [json.loads(e) for e in ev[:-1]]
+                text = "".join(c["choices"][0]["text"] for c in chunks)
+                ok_ = st == 200 and ev[-1] == "[DONE]" and all(c["model"] == mid for c in chunks)
+            else:
+                st, jj, b = post("/completion", {"prompt": p, "n_predict": n, "temperature": 0, "model": mid})
+                text = jj["content"] if st == 200 else b
+                ok_ = st == 200 and jj["model"] == mid
+        except Exception as ex:  # noqa: BLE001
+            text, ok_ = repr(ex), False
+        with lock:
+            res.append((mid, p, k, ok_ and text == want[(mid, p)], text))
+    ts = [threading.Thread(target=go, args=j_) for j_ in jobs]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(300)
+    bad = [(m, p, k, t) for m, p, k, good_, t in res if not good_]
+    check("multi_concurrent_equals_single_plan_runs", len(res) == len(jobs) and not bad,
+          "%d/%d answered; wrong: %r" % (len(res), len(jobs), [(m, p, k, t, want[(m, p)]) for m, p, k, t in bad[:2]]))
+    s, j, b = completion(PROMPTS[0], 4, model="no-such-plan")
+    check("multi_unknown_model", s == 404 and j["error"]["code"] == "model_not_found"
+          and all("'%s'" % i in j["error"]["message"] for i in ids), b)
+    s, j, b = completion(PROMPTS[1], n)
+    check("multi_default_is_first", s == 200 and j["model"] == ids[0] and j["choices"][0]["text"] == want[(ids[0], PROMPTS[1])], b)
+    h = health()
+    check("multi_health", wait_idle() is not None and health().get("slots_idle") == len(ids) * int(os.environ.get("SLOTS", "1")), h)
+
+
+def group_mixload():
+    """Mixed-plan traffic (bench/multiplan.sh): CLIENTS keep-alive clients each
+    send PER_CLIENT greedy requests of N_TOKENS, cycling through the served
+    models; every answer must equal that model's one-at-a-time reference.
+    Prints requests/s, generated tokens/s, latency and memory."""
+    clients = int(os.environ.get("CLIENTS", "8"))
+    per = int(os.environ.get("PER_CLIENT", "8"))
+    n = int(os.environ.get("N_TOKENS", "32"))
+    ids = [m["id"] for m in request("GET", "/v1/models")[1]["data"]]
+    ref = {}
+    for mid in ids:
+        for p in PROMPTS:
+            s, j, b = completion(p, n, model=mid)
+            if s != 200:
+                fail("mixload_reference", b)
+                return
+            ref[(mid, p)] = (j["choices"][0]["text"], j["usage"]["completion_tokens"])
+    lat, errors, lock, gen = [], [], threading.Lock(), [0]
+
+    def client(i):
+        conn = http.client.HTTPConnection(HOST, PORT, timeout=600)
+        for k in range(per):
+            mid, p = ids[(i + k) % len(ids)], PROMPTS[(i // len(ids) + k) % len(PROMPTS)]
+            t0 = time.time()
+            try:
+                conn.request("POST", "/v1/completions",
+                             json.dumps({"prompt": p, "max_tokens": n, "temperature": 0, "model": mid}),
+                             dict(AUTH, **{"Content-Type": "application/json"}))
+                r = conn.getresponse()
+                j = json.loads(r.read())
+                good = r.status == 200 and j["choices"][0]["text"] == ref[(mid, p)][0]
+            except Exception as ex:  # noqa: BLE001
+                good, j = False, repr(ex)
+                conn.close()
+                conn = http.client.HTTPConnection(HOST, PORT, timeout=600)
+            with lock:
+                lat.append(time.time() - t0)
+                if good:
+                    gen[0] += ref[(mid, p)][1]
+                else:
+                    errors.append((mid, p, str(j)[:200]))
+        conn.close()
+    ts = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    t0 = time.time()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    wall = time.time() - t0
+    lat.sort()
+    mem = request("GET", "/props")[1]["memory"]
+    total = clients * per
+    print("info mixload: %d models (%s), %d clients x %d requests = %d (%d tokens each), %d wrong, %.1f s: "
+          "%.2f requests/s, %.1f generated tokens/s, p50 %.0f ms, p99 %.0f ms; weights %.1f MiB, state %.1f MiB, "
+          "RSS %.1f MiB, peak %.1f MiB"
+          % (len(ids), ", ".join(ids), clients, per, total, n, len(errors), wall, total / wall, gen[0] / wall,
+             lat[len(lat) // 2] * 1e3, lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e3,
+             mem["weight_bytes"] / 2**20, mem["state_bytes"] / 2**20, mem["rss_bytes"] / 2**20,
+             mem["peak_rss_bytes"] / 2**20), flush=True)
+    check("mixload_all_equal_references", len(lat) == total and not errors, errors[:3])
+
+
+def props_memory(port):
+    c = http.client.HTTPConnection(HOST, port, timeout=60)
+    c.request("GET", "/props", headers=AUTH)
+    j = json.loads(c.getresponse().read())
+    c.close()
+    return j
+
+
+def group_memory():
+    """Two servers over the same weights, one with a single model and one with
+    more plans (PORT): after every model has answered, the one with more plans
+    holds at most the extra plans' state (KV) plus a small fixed allowance more
+    than the one with a single model, far less than another copy of the
+    weights would add."""
+    global PORT
+    port_one = int(os.environ["PORT_ONE"])
+    slack = int(os.environ.get("SLACK_MIB", "4")) << 20
+    for port in (port_one, PORT):
+        PORT = port
+        for m in request("GET", "/v1/models")[1]["data"]:
+            s, j, b = completion(PROMPTS[0], 8, model=m["id"])
+            if s != 200:
+                fail("memory_request", b)
+    PORT = int(sys.argv[2])
+    one, many = props_memory(port_one), props_memory(PORT)
+    m1, m3 = one["memory"], many["memory"]
+    d_peak = m3["peak_rss_bytes"] - m1["peak_rss_bytes"]
+    d_state = m3["state_bytes"] - m1["state_bytes"]
+    w = m1["weight_bytes"]
+    print("info memory: %d models vs 1: peak RSS %.1f vs %.1f MiB (+%.1f MiB); state (KV) %.1f vs %.1f MiB (+%.1f MiB); "
+          "weights %.1f MiB, mapped once" % (len(many["models"]), m3["peak_rss_bytes"] / 2**20, m1["peak_rss_bytes"] / 2**20,
+                                            d_peak / 2**20, m3["state_bytes"] / 2**20, m1["state_bytes"] / 2**20,
+                                            d_state / 2**20, w / 2**20), flush=True)
+    forced = [m["id"] for m in many["models"] if m["plan"].get("forced")]
+    check("memory_props_forced", forced == [x for x in os.environ.get("FORCED", "").split(",") if x], forced)
+    check("memory_setup", len(many["models"]) >= 3 and len(one["models"]) == 1 and d_state + slack < w,
+          "the test cannot tell a copy of the weights from the allowance: state +%d, slack %d, weights %d"
+          % (d_state, slack, w))
+    check("memory_within_kv_difference", d_peak <= d_state + slack,
+          "peak RSS grew %.1f MiB; the extra plans' state is %.1f MiB (+%d MiB allowed)"
+          % (d_peak / 2**20, d_state / 2**20, slack >> 20))
+
+
+GROUPS = {"multiplan": group_multiplan, "memory": group_memory, "mixload": group_mixload, "bytes": group_bytes, "basic": group_basic, "errors": group_errors, "auth": group_auth, "disconnect": group_disconnect,
           "timeout": group_timeout, "load": group_load, "sigterm": group_sigterm}
 
 if __name__ == "__main__":
