@@ -1386,6 +1386,7 @@ static void p6k_gemv(int n, int64_t rows, const void *packed, int64_t p0, int64_
             UNROLL8
             for (int l = 0; l < 8; l++) {
                 __m512i sum = _mm512_setzero_si512();
+                UNROLL8
                 for (int h = 0; h < 2; h++) {
                     const __m512i qh = _mm512_loadu_si512(pw + P6K_QH + (size_t)(h * 8 + l) * 64);
                     const __m512i w0 = _mm512_loadu_si512(pw + (size_t)((h * 2 + 0) * 8 + l) * 64);
@@ -1401,6 +1402,7 @@ static void p6k_gemv(int n, int64_t rows, const void *packed, int64_t p0, int64_
                     q[3] = _mm512_ternarylogic_epi32(m30, _mm512_srli_epi16(qh, 2),
                                                      _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4),
                                                      0xCA);
+                    UNROLL8
                     for (int k = 0; k < 4; k++) {
                         const int c = 4 * h + k;
                         const __m512i pr = _mm512_sub_epi16(
