@@ -594,8 +594,8 @@ int cmd_serve(int argc, char **argv) {
         {"--grace", ARG_FLOAT, &grace, "S",
          "on SIGTERM, seconds running requests get to finish (default 10)"},
         {"-v|--verbose", ARG_FLAG, &verbose, NULL, "log every request"},
-        {"--plan", ARG_STRS, &plans, "NAME=SPEC|NAME=FILE|FILE",
-         "also serve a plan as model NAME (repeatable; see below)"},
+        {"--plan", ARG_STRS, &plans, "NAME=SPEC",
+         "also serve a plan: NAME=SPEC, NAME=map:MAP, NAME=FILE or FILE (repeatable; above)"},
         {0},
     };
     /* the shared model options, less --plan, which reads differently here */
