@@ -17,7 +17,6 @@
 #include "spec.h"
 #include "arch/qwen35.h"
 #include "context.h"
-#include "threads.h"
 #include "util.h"
 
 #include <math.h>
@@ -145,10 +144,7 @@ static void seq_free(spec_seq *q) {
 
 void rp_spec_free(rp_spec *s) {
     if (!s) return;
-    if (s->d) {
-        s->d->cc.pool = NULL; /* the target's: see rp_spec_new */
-        rp_context_free(s->d);
-    }
+    rp_context_free(s->d);
     rp_qwen35_mtp_free(s->head);
     for (int i = 0; s->seq && i < s->n_seq; i++) seq_free(&s->seq[i]);
     free(s->seq);
@@ -249,12 +245,9 @@ rp_status rp_spec_new(rp_context *t, const rp_spec_params *params, rp_spec **out
             rp_fail_prefix(st, "draft plan '%s'", has_plan ? s->draft_plan : "(the trunk once)");
             goto fail;
         }
-        /* The draft runs between the target's decodes, never beside them: it
-         * borrows the target's thread pool (same size, so its per-thread
-         * attention scratch fits) instead of keeping a second set of spinning
-         * workers. */
-        rp_pool_free(s->d->cc.pool);
-        s->d->cc.pool = t->cc.pool;
+        /* The draft runs between the target's decodes, never beside them: one
+         * set of worker threads serves both. */
+        if ((st = rp_context_share_pool(s->d, t))) goto fail;
         s->d_rec = rp_context_has_recurrent(s->d);
     }
     *out = s;
