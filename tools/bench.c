@@ -325,7 +325,7 @@ int cmd_bench(int argc, char **argv) {
             tool_error(cmd, "--gen-prompt has %zu tokens; give 1 to 512", n_gp);
             goto out;
         }
-        spc = spec_open(cmd, &so, ctx);
+        spc = spec_open(cmd, &so, ctx, NULL);
         g_plain = malloc((size_t)n_gen * sizeof *g_plain);
         g_spec = malloc((size_t)n_gen * sizeof *g_spec);
         double *tp = malloc((size_t)reps * 2 * sizeof *tp);

@@ -439,7 +439,7 @@ int cmd_chat(int argc, char **argv) {
     }
     s.sp = sp;
     if (spec_opts_active(&so)) {
-        s.spec = spec_open(cmd, &so, ctx);
+        s.spec = spec_open(cmd, &so, ctx, NULL);
         rp_status st = s.spec ? rp_spec_seq_reset(s.spec, 0, &sp) : RP_OK;
         if (!s.spec || st) {
             if (st) tool_fail(cmd, st);

@@ -199,7 +199,7 @@ int cmd_run(int argc, char **argv) {
         goto out;
     }
     if (spec_opts_active(&so)) {
-        spc = spec_open(cmd, &so, ctx);
+        spc = spec_open(cmd, &so, ctx, NULL);
         if (!spc) goto out;
         ret = run_spec(cmd, spc, vocab, &sp, toks, n_tok, n_predict, n_ctx);
         goto out;

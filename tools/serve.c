@@ -11,6 +11,7 @@
 #include "chat.h"
 #include "context.h"
 #include "planfile.h"
+#include "spec_opts.h"
 #include "tools.h"
 
 #include <errno.h>
@@ -605,7 +606,9 @@ int cmd_serve(int argc, char **argv) {
     for (size_t i = 0; shared[i].kind != ARG_END && k + 1 < sizeof mopts / sizeof mopts[0]; i++)
         if (strcmp(shared[i].names, "--plan")) mopts[k++] = shared[i];
     memset(&mopts[k], 0, sizeof mopts[k]);
-    const arg_opt *tables[] = {opts, mopts, NULL};
+    spec_opts so;
+    spec_opts_init(&so);
+    const arg_opt *tables[] = {opts, mopts, spec_opts_table(&so), NULL};
     arg_spec spec = {
         cmd,
         "reprise serve -m MODEL [--repeat-layers SPEC] [--plan NAME=SPEC ...] [--parallel N] "
@@ -621,16 +624,19 @@ int cmd_serve(int argc, char **argv) {
         "  --plan rys-xl=rys.json   a plan file (reprise plan save), checked against the weights\n"
         "  --plan rys.json          the same, served under the name in the file\n"
         "A request's \"model\" picks one (none: the first). Each has its own --parallel slots and\n"
-        "KV cache sized for its plan; --plan-force accepts plan files made for other weights.",
+        "KV cache sized for its plan; --plan-force accepts plan files made for other weights.\n"
+        "With --spec, --draft-plan or --spec-mtp every slot of every model decodes speculatively\n"
+        "(each model's own draft beside it; the drafted rows of all slots verified in one batch).",
         tables,
         NULL,
         0,
         NULL};
     bool help;
     if (!args_parse(&spec, argc, argv, &help)) {
-        if (help) printf("\n%s\n", g_plan_help);
+        if (help) printf("\n%s\n\n%s\n", g_plan_help, g_spec_help);
         return help ? 0 : 2;
     }
+    if (!spec_opts_check(cmd, &so, &mo)) return 2;
     if (n_parallel < 1 || n_parallel > 256) {
         tool_error(cmd, "--parallel must be in 1..256, got %d", n_parallel);
         return 2;
@@ -709,6 +715,7 @@ int cmd_serve(int argc, char **argv) {
         cp.type_v = mo.type_v;
         cp.repeat_layers = rep;
         cp.layer_map = map;
+        cp.keep_hidden = mo.keep_hidden;
         rp_status s = rp_context_new(model, &cp, &en->ctx);
         if (!s)
             s = rp_context_share_pool(en->ctx, ctx); /* one decodes at a time: one set of threads */
@@ -731,6 +738,13 @@ int cmd_serve(int argc, char **argv) {
                     n_parallel, en->n_ctx, nb ? "; warning: repeats boundary layers" : "");
         }
     }
+    if (spec_opts_active(&so))
+        for (int i = 0; i < n_entries; i++) {
+            char label[300];
+            snprintf(label, sizeof label, "serve: model '%s'", entries[i].name);
+            entries[i].spec = spec_open(cmd, &so, entries[i].ctx, label);
+            if (!entries[i].spec) goto out;
+        }
     srv.model = model;
     srv.model_path = mo.model;
     srv.entries = entries;
@@ -825,6 +839,7 @@ int cmd_serve(int argc, char **argv) {
 out:
     if (d) MHD_stop_daemon(d);
     srv_engine_free(srv.engine);
+    for (int i = 0; i < n_entries; i++) rp_spec_free(entries[i].spec); /* before their targets */
     for (int i = n_entries - 1; i >= 1; i--)
         rp_context_free(entries[i].ctx); /* they borrow entry 0's threads */
     if (n_entries < 1 + SRV_MAX_PLANS)

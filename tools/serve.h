@@ -38,6 +38,7 @@ typedef struct srv_entry {
     const char *plan_name;   /* that file's plan name, or NULL */
     const char *description; /* that file's description, or "" */
     bool plan_forced;        /* --plan-force accepted weights with another content hash */
+    struct rp_spec *spec;    /* speculative decoding over ctx (src/spec.h), or NULL */
     struct srv_slot *slots;  /* engine-private */
 } srv_entry;
 
@@ -79,6 +80,7 @@ typedef struct srv_task {
     rp_buf marks;  /* size_t: end offset in out of each publish that added text (one per streamed
                       chunk) */
     int n_gen;     /* tokens generated (the end-of-text token not counted) */
+    int n_drafted, n_accepted;       /* speculative decoding: drafted tokens verified, and kept */
     double t_start, t_prompt, t_end; /* slot taken, prompt decoded, finished */
     pthread_cond_t cv;               /* broadcast on every change */
     struct srv_task *next;           /* queue link */

@@ -6,6 +6,7 @@
 #include "serve.h"
 #include "chat.h"
 #include "context.h"
+#include "spec.h"
 #include "tools.h"
 
 #include <limits.h>
@@ -442,6 +443,11 @@ static json_t *native_result(const api_reply *a, const srv_task *t, const char *
     json_t *timings = json_pack("{s:i,s:f,s:i,s:f,s:f}", "prompt_n", a->n_prompt, "prompt_ms",
                                 prompt_ms, "predicted_n", t->n_gen, "predicted_ms", gen_ms,
                                 "predicted_per_second", gen_ms > 0 ? t->n_gen * 1e3 / gen_ms : 0.0);
+    if (timings && a->srv->entries[t->entry].spec) {
+        /* speculative decoding, with llama.cpp's names */
+        json_object_set_new(timings, "draft_n", json_integer(t->n_drafted));
+        json_object_set_new(timings, "draft_n_accepted", json_integer(t->n_accepted));
+    }
     const char *word =
         t->finish == SRV_FIN_WORD && t->stop_index >= 0 ? a->gp.stop[t->stop_index] : "";
     json_t *j =
@@ -784,6 +790,13 @@ static json_t *plan_json(const srv_entry *en) {
         (json_int_t)(c->state.kv_bytes / (uint64_t)en->n_slot), "report", report ? report : "");
     free(report);
     free(compact);
+    if (j && en->spec) { /* speculative decoding: what drafts for this plan */
+        int dn = rp_spec_describe(en->spec, NULL, 0);
+        char *desc = malloc((size_t)dn + 1);
+        if (desc) rp_spec_describe(en->spec, desc, (size_t)dn + 1);
+        json_object_set_new(j, "speculative", json_string(desc ? desc : ""));
+        free(desc);
+    }
     if (j &&
         en->plan_file) { /* where the plan came from, and whether it was made for these weights */
         json_object_set_new(j, "file", json_string(en->plan_file));

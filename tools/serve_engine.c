@@ -6,6 +6,7 @@
  * boundaries; text that might still become a stop string (or an incomplete
  * UTF-8 sequence) is held back until the next token decides. */
 #include "serve.h"
+#include "spec.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -386,16 +387,25 @@ static void publish(srv_engine *e, srv_entry *en, srv_slot *s, int32_t tok, srv_
     pthread_mutex_unlock(&e->mu);
 }
 
+static void on_token(srv_engine *e, srv_entry *en, srv_slot *s, int32_t tok, int cached);
+
 /* The slot's logits are ready: sample, extend the text, look for the end. */
 static void on_logits(srv_engine *e, srv_entry *en, srv_slot *s, const float *logits) {
     srv_task *t = s->task;
-    const rp_vocab *vocab = rp_model_vocab(rp_context_model(en->ctx));
     if (t->n_predict >= 0 && s->n_gen >= t->n_predict) {
         publish(e, en, s, -1, SRV_FIN_LIMIT, -1);
         return;
     }
     int32_t tok = rp_sampler_sample(s->smp, logits);
     rp_sampler_accept(s->smp, tok);
+    on_token(e, en, s, tok, rp_kv_seq_len(en->ctx, s->seq));
+}
+
+/* A new token of the slot (`cached`: positions the sequence holds before
+ * it): extend the text, look for the end. */
+static void on_token(srv_engine *e, srv_entry *en, srv_slot *s, int32_t tok, int cached) {
+    srv_task *t = s->task;
+    const rp_vocab *vocab = rp_model_vocab(rp_context_model(en->ctx));
     if (rp_vocab_is_eog(vocab, tok)) {
         publish(e, en, s, -1, SRV_FIN_EOG, -1);
         return;
@@ -428,7 +438,7 @@ static void on_logits(srv_engine *e, srv_entry *en, srv_slot *s, const float *lo
         publish(e, en, s, tok, SRV_FIN_WORD, which);
         return;
     }
-    if ((uint32_t)rp_kv_seq_len(en->ctx, s->seq) >= en->n_ctx) {
+    if ((uint32_t)cached >= en->n_ctx) {
         publish(e, en, s, tok, SRV_FIN_CONTEXT, -1);
         return;
     }
@@ -464,8 +474,114 @@ static void fail_batch(srv_engine *e, srv_entry *en, int status, const char *msg
     pthread_mutex_unlock(&e->mu);
 }
 
+/* Fails the task of slot s with a decode error and frees the slot. */
+static void fail_slot(srv_engine *e, srv_entry *en, srv_slot *s, const char *what) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s: %s", what, rp_last_error());
+    pthread_mutex_lock(&e->mu);
+    task_fail_locked(s->task, 500, "server_error", "decode_failed", msg);
+    slot_release_locked(e, en, s);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* One decode step of an entry with speculative decoding (en->spec). Prompts
+ * go through the spec in chunks (oldest admission first, within the step's
+ * prompt budget); every slot whose prompt is in drafts its next tokens, and
+ * the drafted rows of all slots are verified in one batch; each slot then
+ * takes the tokens the spec accepted, one at a time, as plain decoding takes
+ * its one token (stop strings, limits and the context as without drafts). */
+static void step_entry_spec(srv_engine *e, srv_entry *en) {
+    int budget = e->n_batch;
+    for (;;) {
+        srv_slot *first = NULL;
+        for (int k = 0; k < en->n_slot; k++) {
+            srv_slot *s = &en->slots[k];
+            if (s->task && !s->gen && s->n_fed < s->task->n_prompt &&
+                (!first || s->order < first->order))
+                first = s;
+        }
+        if (!first || budget <= 0) break;
+        srv_task *t = first->task;
+        int c = RP_MIN(t->n_prompt - first->n_fed, budget);
+        rp_status st = first->n_fed == 0 ? rp_spec_seq_reset(en->spec, first->seq, &t->sp) : RP_OK;
+        if (!st) st = rp_spec_seq_feed(en->spec, first->seq, t->prompt + first->n_fed, c);
+        if (st) {
+            fail_slot(e, en, first, "prompt failed");
+            continue;
+        }
+        first->n_fed += c;
+        first->gen = first->n_fed == t->n_prompt;
+        budget -= c;
+    }
+    const size_t room = (size_t)en->n_slot * (RP_SPEC_DRAFT_MAX + 1);
+    if (!grow_batch(e, room)) {
+        for (int k = 0; k < en->n_slot; k++)
+            if (en->slots[k].task && en->slots[k].gen)
+                fail_slot(e, en, &en->slots[k], "out of memory");
+        return;
+    }
+    size_t n = 0;
+    for (int k = 0; k < en->n_slot; k++) {
+        srv_slot *s = &en->slots[k];
+        s->row = -1;
+        if (!s->task || !s->gen) continue;
+        srv_task *t = s->task;
+        if (t->n_predict >= 0 && s->n_gen >= t->n_predict) {
+            publish(e, en, s, -1, SRV_FIN_LIMIT, -1);
+            continue;
+        }
+        /* plain decoding's limits: n_predict tokens; the last one sampled at position n_ctx */
+        int max_new = (int)en->n_ctx + 1 - rp_spec_seq_len(en->spec, s->seq);
+        if (t->n_predict >= 0 && t->n_predict - s->n_gen < max_new)
+            max_new = t->n_predict - s->n_gen;
+        int c = 0;
+        if (rp_spec_prepare(en->spec, s->seq, max_new, e->tok + n, &c)) {
+            fail_slot(e, en, s, "drafting failed");
+            continue;
+        }
+        for (int i = 0; i < c; i++) {
+            e->seq[n + (size_t)i] = s->seq;
+            e->want[n + (size_t)i] = 1;
+        }
+        s->row = (int)n;
+        n += (size_t)c;
+    }
+    if (n == 0) return;
+    rp_batch b = {.n_tokens = (int32_t)n, .token = e->tok, .seq_id = e->seq, .logits = e->want};
+    if (rp_decode(en->ctx, &b)) {
+        for (int k = 0; k < en->n_slot; k++)
+            if (en->slots[k].task && en->slots[k].row >= 0)
+                fail_slot(e, en, &en->slots[k], "decode failed");
+        return;
+    }
+    for (int k = 0; k < en->n_slot; k++) {
+        srv_slot *s = &en->slots[k];
+        if (!s->task || s->row < 0) continue;
+        int32_t out[RP_SPEC_DRAFT_MAX + 1];
+        int c = 0;
+        const rp_spec_stats before = rp_spec_get_stats(en->spec, s->seq);
+        if (rp_spec_finish(en->spec, s->seq, s->row, out, &c)) {
+            fail_slot(e, en, s, "verification failed");
+            continue;
+        }
+        const rp_spec_stats after = rp_spec_get_stats(en->spec, s->seq);
+        pthread_mutex_lock(&e->mu);
+        s->task->n_drafted += (int)(after.drafted - before.drafted);
+        s->task->n_accepted += (int)(after.accepted - before.accepted);
+        pthread_mutex_unlock(&e->mu);
+        /* the spec holds every token of the sequence, the newest included: token i
+         * sits at position first + i, where plain decoding holds first + i positions */
+        const int first = rp_spec_seq_len(en->spec, s->seq) - c;
+        for (int i = 0; i < c && s->task; i++) on_token(e, en, s, out[i], first + i);
+    }
+}
+
 /* One decode step of one entry. */
 static void step_entry(srv_engine *e, srv_entry *en) {
+    if (en->spec) {
+        step_entry_spec(e, en);
+        return;
+    }
     size_t n = 0;
     if (!grow_batch(e, (size_t)en->n_slot + (size_t)e->n_batch)) {
         fail_batch(e, en, 500, "out of memory for the batch");

@@ -74,7 +74,7 @@ bool spec_opts_check(const char *cmd, const spec_opts *o, model_opts *mo) {
     return true;
 }
 
-rp_spec *spec_open(const char *cmd, const spec_opts *o, rp_context *ctx) {
+rp_spec *spec_open(const char *cmd, const spec_opts *o, rp_context *ctx, const char *label) {
     rp_spec_params p = rp_spec_default_params();
     p.draft_plan = o->draft_plan;
     p.mtp = o->mtp;
@@ -90,7 +90,7 @@ rp_spec *spec_open(const char *cmd, const spec_opts *o, rp_context *ctx) {
     if (g_verbosity > 0) {
         char line[512];
         rp_spec_describe(s, line, sizeof line);
-        fprintf(stderr, "%s\n", line);
+        fprintf(stderr, "%s%s%s\n", label ? label : "", label ? ": " : "", line);
     }
     return s;
 }

@@ -24,9 +24,9 @@ bool spec_opts_active(const spec_opts *o);
 /* Checks the combination before anything is loaded (prints the error). Sets
  * mo->keep_hidden for --spec-mtp. */
 bool spec_opts_check(const char *cmd, const spec_opts *o, model_opts *mo);
-/* Builds the draft beside ctx and prints its one-line description; NULL
- * after printing the error. */
-rp_spec *spec_open(const char *cmd, const spec_opts *o, rp_context *ctx);
+/* Builds the draft beside ctx and prints its one-line description (after
+ * "label: " when label is not NULL); NULL after printing the error. */
+rp_spec *spec_open(const char *cmd, const spec_opts *o, rp_context *ctx, const char *label);
 /* "speculative: 412 of 652 drafted tokens accepted (63.2%), 3.10 tokens per
  * verification (210)" (like snprintf) */
 int spec_format_stats(char *buf, size_t size, const rp_spec_stats *st);

@@ -72,3 +72,81 @@ expect_error p_min_range "p-min 2" "$BIN" run -m "$M" -p hi --spec --draft-p-min
 expect_error draft_min_range "draft-min 9" "$BIN" run -m "$M" -p hi --spec --draft-max 4 --draft-min 9
 expect_error dump_logits "does not combine" "$BIN" run -m "$M" -p hi --spec --dump-logits "$T/x.f32"
 expect_error small_batch "micro-batch" "$BIN" run -m "$M" -p hi --spec -b 4
+
+# ---- serve: every slot speculates; the drafted rows of all slots are verified in one batch
+cat > "$T/serve_check.py" <<'PY'
+import json, subprocess, sys, threading, urllib.request
+port, binary, model, ctx, group = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
+def post(path, body):
+    req = urllib.request.Request("http://127.0.0.1:%s%s" % (port, path), json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())
+def get(path):
+    with urllib.request.urlopen("http://127.0.0.1:%s%s" % (port, path), timeout=30) as r:
+        return json.loads(r.read())
+def run(flags, n):
+    cmd = [binary, "run", "-m", model, "-n", str(n), "--temp", "0", "-t", "1", "-c", ctx] + flags
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=300).stdout
+    return (out[:-1] if out.endswith(b"\n") else out).decode("utf-8", "replace")
+def check(name, cond, why):
+    print(("ok %s" % name) if cond else ("FAIL %s: %s" % (name, why)), flush=True)
+def concurrent(jobs):
+    res = [None] * len(jobs)
+    def one(i):
+        try:
+            res[i] = post(*jobs[i])
+        except Exception as e:  # reported by the checks
+            res[i] = {"error": str(e)}
+    th = [threading.Thread(target=one, args=(i,)) for i in range(len(jobs))]
+    for t in th: t.start()
+    for t in th: t.join()
+    return res
+if group == "plans":
+    prompts = ["Once upon a time", "The little dog", "Lily and Ben went to the park and"]
+    for name, plan in (("stories260K.gguf", []), ("r13", ["--repeat-layers", "1,3"])):
+        got = concurrent([("/completion", {"model": name, "prompt": p, "n_predict": 40, "temperature": 0})
+                          for p in prompts])
+        for i, p in enumerate(prompts):
+            want = run(plan + ["-p", p], 40)
+            g = got[i].get("content")
+            check("serve_greedy_%s_%d" % (name.split(".")[0], i), g == want, "got %r want %r" % (g, want))
+            tm = got[i].get("timings", {})
+            check("serve_draft_counts_%s_%d" % (name.split(".")[0], i),
+                  tm.get("draft_n", 0) > 0 and 0 <= tm.get("draft_n_accepted", -1) <= tm["draft_n"], tm)
+    want = run(["-p", prompts[0]], 40)
+    stop = want[12:16]
+    j = post("/v1/completions", {"prompt": prompts[0], "max_tokens": 40, "temperature": 0, "stop": [stop]})
+    c = j["choices"][0]
+    check("serve_stop_string", c["text"] == want[:want.index(stop)] and c["finish_reason"] == "stop", (c, stop))
+    j = post("/completion", {"prompt": prompts[1], "n_predict": 30, "temperature": 0.8, "seed": 3})
+    check("serve_sampling", j.get("tokens_predicted", 0) > 0 and j["timings"]["draft_n"] >= 0, j)
+    props = get("/props")
+    check("serve_props", "draft: plan 0,1,3,4" in json.dumps(props), json.dumps(props)[:300])
+else:  # mtp: token prompts, generation to the end of a small context
+    toks = [[1, 50, 260, 300, 301, 77], [1, 90, 400, 12]]
+    got = concurrent([("/completion", {"prompt": t, "temperature": 0}) for t in toks])
+    for i, t in enumerate(toks):
+        want = run(["--tokens", ",".join(map(str, t))], -1)
+        g = got[i].get("content")
+        check("serve_mtp_to_context_end_%d" % i, g == want and got[i].get("stop_type") == "limit",
+              "got %r want %r (%s)" % (g, want, got[i].get("stop_type")))
+PY
+serve_spec() { # NAME MODEL CTX GROUP SERVE-ARGS...
+    local name=$1 model=$2 ctx=$3 group=$4; shift 4
+    "$BIN" serve -m "$model" --port 0 -t 1 -c "$ctx" "$@" > "$T/$name.out" 2> "$T/$name.err" &
+    local pid=$! port=""
+    for _ in $(seq 1 300); do
+        port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$T/$name.err" | grep -o '[0-9]*$')
+        [ -n "$port" ] && break
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if [ -z "$port" ]; then fail "$name" "server did not start: $(tail -3 "$T/$name.err")"; kill -KILL "$pid" 2>/dev/null; return; fi
+    timeout 300 python3 "$T/serve_check.py" "$port" "$BIN" "$model" "$ctx" "$group" || fail "$name" "checks crashed"
+    kill -TERM "$pid"; wait "$pid"
+    local rc=$?
+    [ "$rc" -eq 0 ] && ok "${name}_exit" || fail "${name}_exit" "exit $rc: $(tail -3 "$T/$name.err")"
+}
+serve_spec serve_spec_plans "$M" 256 plans -np 3 -b 32 --plan r13=1,3 --draft-plan 0,1,3,4 --draft-max 4 --draft-p-min 0
+serve_spec serve_spec_mtp "$Q35" 48 mtp -np 2 --spec-mtp --draft-max 3 --draft-p-min 0
