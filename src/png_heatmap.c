@@ -255,15 +255,23 @@ rp_status rp_heatmap_draw(const rp_heatmap *h, rp_canvas *out) {
         ty = RP_MAX(bar_y - S * 2, RP_MIN(ty, bar_y + bar_h - RP_FONT_H * S + 2 * S));
         rp_canvas_text(out, bar_x + bar_w + 10, ty, buf, S, INK);
     }
-    rp_canvas_text(out, bar_x - 4, bar_y + bar_h + 8, has_good ? "blue: better" : "", S, INK);
-    rp_canvas_text(out, bar_x - 4, bar_y + bar_h + 8 + lh, has_bad ? "red: worse" : "", S, INK);
-    rp_canvas_rect(out, bar_x - 4, bar_y + bar_h + 8 + 2 * lh + 2, 2 * cw, lh - 6, MISSING);
-    rp_canvas_frame(out, bar_x - 4, bar_y + bar_h + 8 + 2 * lh + 2, 2 * cw, lh - 6, 1, GRID);
-    rp_canvas_text(out, bar_x - 4 + 2 * cw + 8, bar_y + bar_h + 8 + 2 * lh, "not run", S, INK);
+    /* the key under the bar: only what the map holds */
+    int ky = bar_y + bar_h + 8;
+    if (has_good) {
+        rp_canvas_text(out, bar_x - 4, ky, "blue: better", S, INK);
+        ky += lh;
+    }
+    if (has_bad) {
+        rp_canvas_text(out, bar_x - 4, ky, "red: worse", S, INK);
+        ky += lh;
+    }
+    rp_canvas_rect(out, bar_x - 4, ky + 2, 2 * cw, lh - 6, MISSING);
+    rp_canvas_frame(out, bar_x - 4, ky + 2, 2 * cw, lh - 6, 1, GRID);
+    rp_canvas_text(out, bar_x - 4 + 2 * cw + 8, ky, "not run", S, INK);
     if (n_ranked < h->n_rows) {
-        rp_canvas_rect(out, bar_x - 4, bar_y + bar_h + 8 + 3 * lh + 2, 2 * cw, lh - 6, NONFINITE);
-        rp_canvas_text(out, bar_x - 4 + 2 * cw + 8, bar_y + bar_h + 8 + 3 * lh, "not finite", S,
-                       INK);
+        ky += lh;
+        rp_canvas_rect(out, bar_x - 4, ky + 2, 2 * cw, lh - 6, NONFINITE);
+        rp_canvas_text(out, bar_x - 4 + 2 * cw + 8, ky, "not finite", S, INK);
     }
 
     /* panel: best blocks, then the Pareto list */
@@ -289,7 +297,11 @@ rp_status rp_heatmap_draw(const rp_heatmap *h, rp_canvas *out) {
         rp_canvas_text(out, panel_x, py, buf, S, front[k] ? INK : GREY_TXT);
         py += lh;
     }
-    rp_canvas_text(out, panel_x, py + 4, "* beats every smaller block", S, GREY_TXT);
+    bool any_front = false;
+    for (int k = 1; k <= max_extra; k++) any_front |= front[k];
+    rp_canvas_text(out, panel_x, py + 4,
+                   any_front ? "* beats every smaller block" : "(no block beats the identity)", S,
+                   GREY_TXT);
     free(order);
     free(best);
     free(front);
