@@ -1420,7 +1420,161 @@ static void p6k_gemv(int n, int64_t rows, const void *packed, int64_t p0, int64_
 
 static const rp_pack_ops pack_q6_K = {p6k_bytes, p6k_pack, p6k_xbytes, p6k_xprep, p6k_gemv};
 
+/* ============================================================================
+ * Attention's float helpers with the AVX2 arithmetic: its 8-lane accumulators
+ * side by side in 512-bit registers, its tails and final reduction, so the
+ * results are those of the AVX2 table bit for bit (goldens do not depend on
+ * the level) with half the instructions.
+ * ========================================================================== */
+
+static float dot_f32_avx512(int n, const float *a, const float *b) {
+    __m512 s01 = _mm512_setzero_ps(), s23 = s01; /* AVX2's s0|s1 and s2|s3 */
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s01 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s01);
+        s23 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s23);
+    }
+    __m256 s0 = _mm512_castps512_ps256(s01), s1 = _mm512_extractf32x8_ps(s01, 1);
+    const __m256 s2 = _mm512_castps512_ps256(s23), s3 = _mm512_extractf32x8_ps(s23, 1);
+    for (; i + 8 <= n; i += 8)
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    float s = hsum256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static float dot_f16_f32_avx512(int n, const uint16_t *a, const float *b) {
+    __m512 s01 = _mm512_setzero_ps(); /* AVX2's s0|s1 */
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        s01 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(a + i))),
+                              _mm512_loadu_ps(b + i), s01);
+    __m256 s0 = _mm512_castps512_ps256(s01);
+    const __m256 s1 = _mm512_extractf32x8_ps(s01, 1);
+    for (; i + 8 <= n; i += 8)
+        s0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + i))),
+                             _mm256_loadu_ps(b + i), s0);
+    float s = hsum256(_mm256_add_ps(s0, s1));
+    for (; i < n; i++) s += f16(a[i]) * b[i];
+    return s;
+}
+
+static void axpy_f32_avx512(int n, float a, const float *x, float *y) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(_mm512_set1_ps(a), _mm512_loadu_ps(x + i),
+                                                _mm512_loadu_ps(y + i)));
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_set1_ps(a), _mm256_loadu_ps(x + i),
+                                                _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+static void axpy_f16_avx512(int n, float a, const uint16_t *x, float *y) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(
+            y + i, _mm512_fmadd_ps(_mm512_set1_ps(a),
+                                   _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i))),
+                                   _mm512_loadu_ps(y + i)));
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i,
+                         _mm256_fmadd_ps(_mm256_set1_ps(a),
+                                         _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))),
+                                         _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * f16(x[i]);
+}
+
+/* ============================================================================
+ * Activation quantization: the scalar rules of quant.c / quant_k.c (the same
+ * float operations, rp_nearest_int's addition and bit mask, NaN ignored by
+ * the magnitude search, (int8_t) truncation), 16 values per instruction.
+ * ========================================================================== */
+
+/* |v| with NaN as 0 (fmaxf and the strict > of the scalar search skip NaN) */
+static inline __m512 abs_nonan(__m512 v) {
+    const __m512 a = _mm512_andnot_ps(_mm512_set1_ps(-0.0f), v);
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(a, a, _CMP_ORD_Q), a);
+}
+
+static inline __m512i nearest16(__m512 v) {
+    const __m512i b = _mm512_castps_si512(_mm512_add_ps(v, _mm512_set1_ps(12582912.0f)));
+    return _mm512_sub_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x007fffff)),
+                            _mm512_set1_epi32(0x00400000));
+}
+
+/* q of 32 values scaled to 127 / amax; returns amax / 127 and the sum of q */
+static float act_block32(const float *x, int8_t *q, int *sum) {
+    const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(abs_nonan(x0), abs_nonan(x1)));
+    const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    const __m128i q0 = _mm512_cvtepi32_epi8(nearest16(_mm512_mul_ps(x0, id)));
+    const __m128i q1 = _mm512_cvtepi32_epi8(nearest16(_mm512_mul_ps(x1, id)));
+    _mm_storeu_si128((__m128i *)q, q0);
+    _mm_storeu_si128((__m128i *)(q + 16), q1);
+    *sum = _mm512_reduce_add_epi32(
+        _mm512_add_epi32(_mm512_cvtepi8_epi32(q0), _mm512_cvtepi8_epi32(q1)));
+    return amax / 127.0f;
+}
+
+static void act_q8_0_avx512(const float *x, void *y, int64_t n) {
+    block_q8_0 *b = y;
+    int sum;
+    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0)
+        b[i].d = rp_fp32_to_fp16(act_block32(x, b[i].qs, &sum));
+}
+
+static void act_q8_1_avx512(const float *x, void *y, int64_t n) {
+    block_q8_1 *b = y;
+    for (int64_t i = 0; i < n / QK8_1; i++, x += QK8_1) {
+        int sum;
+        const float d = act_block32(x, b[i].qs, &sum);
+        b[i].d = rp_fp32_to_fp16(d);
+        b[i].s = rp_fp32_to_fp16(d * (float)sum);
+    }
+}
+
+static void act_q8_K_avx512(const float *x, void *y, int64_t n) {
+    block_q8_K *b = y;
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        __m512 m = _mm512_setzero_ps();
+        for (int j = 0; j < QK_K; j += 16) m = _mm512_max_ps(m, abs_nonan(_mm512_loadu_ps(x + j)));
+        const float amax = _mm512_reduce_max_ps(m);
+        if (!amax) {
+            memset(&b[i], 0, sizeof b[i]);
+            continue;
+        }
+        /* the signed extreme value: the first one of that magnitude */
+        float max = 0;
+        for (int j = 0; j < QK_K; j += 16) {
+            const __mmask16 eq = _mm512_cmp_ps_mask(abs_nonan(_mm512_loadu_ps(x + j)),
+                                                    _mm512_set1_ps(amax), _CMP_EQ_OQ);
+            if (eq) {
+                max = x[j + __builtin_ctz(eq)];
+                break;
+            }
+        }
+        const float iscale = -127.0f / max;
+        const __m512 is = _mm512_set1_ps(iscale);
+        for (int g = 0; g < QK_K / 16; g++) {
+            const __m512i v = _mm512_min_epi32(
+                nearest16(_mm512_mul_ps(is, _mm512_loadu_ps(x + 16 * g))), _mm512_set1_epi32(127));
+            const __m128i q = _mm512_cvtepi32_epi8(v);
+            _mm_storeu_si128((__m128i *)(b[i].qs + 16 * g), q);
+            b[i].bsums[g] = (int16_t)_mm512_reduce_add_epi32(_mm512_cvtepi8_epi32(q));
+        }
+        b[i].d = 1 / iscale;
+    }
+}
+
 void rp_kernels_fill_avx512(rp_kernels *k) {
+    k->dot_f32 = dot_f32_avx512;
+    k->dot_f16_f32 = dot_f16_f32_avx512;
+    k->axpy_f32 = axpy_f32_avx512;
+    k->axpy_f16 = axpy_f16_avx512;
+    k->act_quant[RP_TYPE_Q8_0] = act_q8_0_avx512;
+    k->act_quant[RP_TYPE_Q8_1] = act_q8_1_avx512;
+    k->act_quant[RP_TYPE_Q8_K] = act_q8_K_avx512;
     k->vec_dot[RP_TYPE_F16] = vec_dot_f16_avx512;
     k->gemv[RP_TYPE_F16] = gemv_f16;
     k->gemm[RP_TYPE_F16] = &gemm_f16;
