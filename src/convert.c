@@ -666,21 +666,6 @@ static int pick_type(const rp_conv *cv, const rp_conv_out *o) {
     return cv->outtype;
 }
 
-static uint32_t file_type(int outtype) {
-    switch (outtype) {
-    case RP_TYPE_F32:
-        return 0;
-    case RP_TYPE_F16:
-        return 1;
-    case RP_TYPE_Q8_0:
-        return 7;
-    case RP_TYPE_BF16:
-        return 32;
-    default:
-        return 1;
-    }
-}
-
 /* ---- open / write ------------------------------------------------------------ */
 
 /* Does the directory hold any weights (an index or a model*.safetensors)? Only
@@ -818,7 +803,7 @@ static rp_status plan(rp_conv *cv) {
         return rp_fail(RP_ERR_INVALID_ARG,
                        "output type %s is not one reprise convert writes (f32, f16, bf16, q8_0)",
                        rp_type_name(cv->outtype) ? rp_type_name(cv->outtype) : "?");
-    if ((s = rp_gguf_w_set_u32(cv->w, "general.file_type", file_type(cv->outtype)))) return s;
+    if ((s = rp_gguf_w_set_u32(cv->w, "general.file_type", (uint32_t)rp_type_ftype(cv->outtype)))) return s;
     if ((s = rp_gguf_w_set_u32(cv->w, "general.quantization_version", GGML_QUANT_VERSION)))
         return s;
 

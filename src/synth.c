@@ -234,7 +234,8 @@ rp_status rp_synth_write(const rp_synth_params *p, const char *path, rp_progress
     char name[128];
     snprintf(name, sizeof name, "synthetic %s (seed %llu)", p->arch, (unsigned long long)p->seed);
     st = st ? st : rp_gguf_w_set_str(s.w, "general.name", name);
-    st = st ? st : rp_gguf_w_set_u32(s.w, "general.file_type", (uint32_t)p->type);
+    if (rp_type_ftype(p->type) >= 0)
+        st = st ? st : rp_gguf_w_set_u32(s.w, "general.file_type", (uint32_t)rp_type_ftype(p->type));
     rp_synth_params q = *p;
     if (!st && p->vocab_path) {
         rp_gguf *g;

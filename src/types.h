@@ -35,4 +35,8 @@ size_t rp_row_size(int type, int64_t ne0);
  * BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS). */
 bool rp_type_can_compute(int type);
 
+/* general.file_type (llama.cpp's llama_ftype) of a file whose weights are all
+ * of this type; -1 if there is none. */
+int rp_type_ftype(int type);
+
 #endif
