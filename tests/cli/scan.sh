@@ -4,12 +4,14 @@
 # an architecture without step ranges, refusals.
 . "$(dirname "$0")/_lib.sh"
 
-# The model of the full scan: the one place to point at another model (the
-# trained demo llama of issue 12 once it is in models/).
-SCAN_MODEL="${SCAN_MODEL:-$S/models/stories260K.gguf}"
+# The model of the full scan, set here only: the trained 12-layer demo llama
+# (models/, issue 12); stories260K where a checkout has no demo model yet.
+SCAN_MODEL="${SCAN_MODEL:-$(cd "$(dirname "$0")/../.." && pwd)/models/demo-llama.gguf}"
+[ -f "$SCAN_MODEL" ] || SCAN_MODEL="$S/models/stories260K.gguf"
+echo "scan tests on $SCAN_MODEL"
 M="$SCAN_MODEL"
-W="-c 64 --chunks 4 -t 1"
-SUB="--end 4" # the part of the range the checks beyond the full scan run over
+W="-c 64 --chunks 2 -t 1"
+SUB="--end 3" # the part of the range the checks beyond the full scan run over (6 blocks)
 head -c 16384 "$S/text/war-and-peace.txt" > "$T/text.txt"
 head -c 12000 "$S/text/war-and-peace.txt" > "$T/other.txt"
 N=$("$BIN" inspect "$M" 2>/dev/null | sed -n 's/^ *[a-z0-9]*\.block_count  *u32  *\([0-9]*\).*/\1/p' | head -1)
@@ -49,7 +51,7 @@ PY
 # every plan whole; and reprise perplexity agrees
 "$BIN" scan -m "$M" -f "$T/text.txt" $W $SUB -o "$T/sub.csv" > /dev/null 2> "$T/err"
 NS=$(grep -c '^[0-9]' "$T/sub.csv" 2>/dev/null)
-[ "$NS" = 10 ] && cmp -s <(grep '^[0-9]' "$T/sub.csv" | cut -d, -f1-6) <(grep '^[0-9]' "$T/full.csv" | awk -F, '$2 <= 4' | cut -d, -f1-6) \
+[ "$NS" = 6 ] && cmp -s <(grep '^[0-9]' "$T/sub.csv" | cut -d, -f1-6) <(grep '^[0-9]' "$T/full.csv" | awk -F, '$2 <= 3' | cut -d, -f1-6) \
     && ok scan_subrange_same_numbers || fail scan_subrange_same_numbers "$NS rows: $(tail -2 "$T/err")"
 "$BIN" scan -m "$M" -f "$T/text.txt" $W $SUB -o "$T/whole.csv" --no-reuse > /dev/null 2> "$T/err"
 [ "$(grep -c '^[0-9]' "$T/whole.csv" 2>/dev/null)" = "$NS" ] \
@@ -68,12 +70,12 @@ assert f'{ident:.4f}' == f'{final(sys.argv[2]):.4f}', (ident, final(sys.argv[2])
 assert f'{float(row.group(1)):.4f}' == f'{final(sys.argv[3]):.4f}', (row.group(1), final(sys.argv[3]))
 PY
 
-# resuming: a file cut after 3 rows gets the rest; the 3 rows are not recomputed
-{ grep '^#\|^i,' "$T/sub.csv"; grep '^[0-9]' "$T/sub.csv" | head -3; } > "$T/cut.csv"
+# resuming: a file cut after 2 rows gets the rest; the 2 rows are not recomputed
+{ grep '^#\|^i,' "$T/sub.csv"; grep '^[0-9]' "$T/sub.csv" | head -2; } > "$T/cut.csv"
 "$BIN" scan -m "$M" -f "$T/text.txt" $W $SUB -o "$T/cut.csv" > /dev/null 2> "$T/err"
-grep -q "resuming .*cut.csv: 3 of the $NS blocks are there, $((NS - 3)) to run" "$T/err" \
-    && grep -q "^\[$((NS - 3))/$((NS - 3))\]" "$T/err" && cmp -s <(cut -d, -f1-6 "$T/sub.csv") <(cut -d, -f1-6 "$T/cut.csv") \
-    && cmp -s <(grep '^[0-9]' "$T/sub.csv" | head -3) <(grep '^[0-9]' "$T/cut.csv" | head -3) \
+grep -q "resuming .*cut.csv: 2 of the $NS blocks are there, $((NS - 2)) to run" "$T/err" \
+    && grep -q "^\[$((NS - 2))/$((NS - 2))\]" "$T/err" && cmp -s <(cut -d, -f1-6 "$T/sub.csv") <(cut -d, -f1-6 "$T/cut.csv") \
+    && cmp -s <(grep '^[0-9]' "$T/sub.csv" | head -2) <(grep '^[0-9]' "$T/cut.csv" | head -2) \
     && ok scan_resume_rows || fail scan_resume_rows "$(grep -v '^\[' "$T/err" | tail -3; diff "$T/sub.csv" "$T/cut.csv" | head -4)"
 cp "$T/full.png" "$T/full0.png"
 "$BIN" scan -m "$M" -f "$T/text.txt" $W -o "$T/full.csv" > "$T/again.out" 2> "$T/err"
@@ -81,12 +83,15 @@ grep -q "$NB of the $NB blocks are there, 0 to run" "$T/err" && ! grep -q '^\[1/
     && ! grep -q '^identity:' "$T/err" && cmp -s "$T/full.out" "$T/again.out" && cmp -s "$T/full.png" "$T/full0.png" \
     && ok scan_resume_complete || fail scan_resume_complete "$(tail -3 "$T/err")"
 # a wider range later: only the new blocks run
-"$BIN" scan -m "$M" -f "$T/text.txt" $W --end 5 -o "$T/cut.csv" > /dev/null 2> "$T/err"
-grep -q "$NS of the 15 blocks are there, 5 to run" "$T/err" \
-    && cmp -s <(grep '^[0-9]' "$T/full.csv" | awk -F, '$2 <= 5' | cut -d, -f1-6 | sort) <(grep '^[0-9]' "$T/cut.csv" | cut -d, -f1-6 | sort) \
+"$BIN" scan -m "$M" -f "$T/text.txt" $W --end 4 -o "$T/cut.csv" > /dev/null 2> "$T/err"
+grep -q "$NS of the 10 blocks are there, 4 to run" "$T/err" \
+    && cmp -s <(grep '^[0-9]' "$T/full.csv" | awk -F, '$2 <= 4' | cut -d, -f1-6 | sort) <(grep '^[0-9]' "$T/cut.csv" | cut -d, -f1-6 | sort) \
     && ok scan_resume_wider || fail scan_resume_wider "$(grep resuming "$T/err")"
-# Ctrl-C: the blocks done stay in the file; the same command continues
-"$BIN" scan -m "$M" -f "$T/text.txt" -c 64 --chunks 8 -t 1 $SUB -o "$T/int.csv" > /dev/null 2> "$T/int.err" &
+# Ctrl-C: the blocks done stay in the file; the same command continues. The
+# window is sized from the full scan's block times so that a block takes about
+# 0.3 s whatever the model and build: the signal lands while blocks remain.
+IC=$(awk -F, '/^[0-9]/ { s += $7; n++ } END { k = n && s > 0 ? int(0.3 / (s / n) * 2 + 1) : 16; print (k < 2 ? 2 : k > 16 ? 16 : k) }' "$T/full.csv")
+"$BIN" scan -m "$M" -f "$T/text.txt" -c 64 --chunks "$IC" -t 1 $SUB -o "$T/int.csv" > /dev/null 2> "$T/int.err" &
 pid=$!
 for _ in $(seq 1 6000); do
     [ "$(grep -c '^[0-9]' "$T/int.csv" 2>/dev/null)" -ge 1 ] 2>/dev/null && break
@@ -98,13 +103,13 @@ wait $pid
 rc=$?
 have=$(grep -c '^[0-9]' "$T/int.csv" 2>/dev/null)
 [ $rc -eq 130 ] && grep -q "interrupted; .*int.csv holds $have of the $NS blocks" "$T/int.err" && [ "$have" -lt "$NS" ] \
-    && ok scan_interrupt || fail scan_interrupt "exit $rc, $have rows: $(tail -2 "$T/int.err")"
-"$BIN" scan -m "$M" -f "$T/text.txt" -c 64 --chunks 8 -t 1 $SUB -o "$T/int.csv" > /dev/null 2> "$T/err"
+    && ok scan_interrupt || fail scan_interrupt "exit $rc, $have rows (--chunks $IC): $(tail -2 "$T/int.err")"
+"$BIN" scan -m "$M" -f "$T/text.txt" -c 64 --chunks "$IC" -t 1 $SUB -o "$T/int.csv" > /dev/null 2> "$T/err"
 [ $? -eq 0 ] && [ "$(grep -c '^[0-9]' "$T/int.csv")" = "$NS" ] && grep -q "resuming .*: $have of the $NS" "$T/err" \
     && [ -z "$(ls "$T" | grep 'int.csv.tmp')" ] && ok scan_interrupt_resume || fail scan_interrupt_resume "$(tail -2 "$T/err")"
 
 # refusals of a file from other settings, naming the setting
-expect_error scan_refuse_c "written for c '64'; this run has c '32'" "$BIN" scan -m "$M" -f "$T/text.txt" -c 32 --chunks 4 -o "$T/full.csv"
+expect_error scan_refuse_c "written for c '64'; this run has c '32'" "$BIN" scan -m "$M" -f "$T/text.txt" -c 32 --chunks 2 -o "$T/full.csv"
 expect_error scan_refuse_text "written for text" "$BIN" scan -m "$M" -f "$T/other.txt" $W -o "$T/full.csv"
 expect_error scan_refuse_metric "metric 'ppl'; this run has metric 'kld'" "$BIN" scan -m "$M" -f "$T/text.txt" $W --metric kld -o "$T/full.csv"
 expect_error scan_refuse_cache "cache 'f16/f16'" "$BIN" scan -m "$M" -f "$T/text.txt" $W -ctk f32 -o "$T/full.csv"
@@ -129,8 +134,8 @@ cat > "$T/probes.jsonl" <<'EOF'
 {"prompt": "The cat sat on the", "choices": [" mat", " moon", " idea"], "answer": " mat"}
 {"prompt": "Tom and Lily went to the", "choices": [" park", " sky"], "answer": 0}
 EOF
-"$BIN" scan -m "$M" --probes "$T/probes.jsonl" --max-extra 1 -t 1 -o "$T/probe.csv" > "$T/probe.out" 2> "$T/err"
-[ $? -eq 0 ] && [ "$(grep -c '^[0-9]*,[0-9]*,1,probe,' "$T/probe.csv")" = "$N" ] && grep -q "^# probes: .*probes.jsonl" "$T/probe.csv" \
+"$BIN" scan -m "$M" --probes "$T/probes.jsonl" --max-extra 1 --end 4 -t 1 -o "$T/probe.csv" > "$T/probe.out" 2> "$T/err"
+[ $? -eq 0 ] && [ "$(grep -c '^[0-9]*,[0-9]*,1,probe,' "$T/probe.csv")" = 4 ] && grep -q "^# probes: .*probes.jsonl" "$T/probe.csv" \
     && grep -q "^identity: probe -[0-9.]*, accuracy [0-9.]*%" "$T/err" && grep -q "higher = better" "$T/probe.out" \
     && grep -q "^scan: 3 probes (2 multiple-choice) in 6 sequences" "$T/err" \
     && ok scan_probe_metric || fail scan_probe_metric "$(tail -3 "$T/err") $(tail -2 "$T/probe.csv")"
