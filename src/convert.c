@@ -3,6 +3,7 @@
  * type rules, and streaming the planned tensors into the GGUF writer. What an
  * architecture is lives in src/convert_<name>.c. */
 #include "convert.h"
+#include "json_util.h"
 #include "quant.h"
 #include "types.h"
 #include "util.h"
@@ -40,26 +41,6 @@ const json_t *rp_conv_cfg(const rp_conv *cv, const char *path) {
     return json_is_null(v) ? NULL : v;
 }
 
-static const char *json_kind(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    default:
-        return "null";
-    }
-}
-
 static rp_status cfg_missing(rp_conv *cv, const char *path) {
     return rp_fail(RP_ERR_FORMAT, "%s/config.json: required key '%s' is missing", cv->dir, path);
 }
@@ -80,7 +61,7 @@ rp_status rp_conv_cfg_int(rp_conv *cv, const char *path, bool required, int64_t 
         x = (int64_t)json_real_value(v);
     else
         return rp_fail(RP_ERR_FORMAT, "%s/config.json: '%s' must be an integer, not %s", cv->dir,
-                       path, json_is_real(v) ? "a fraction" : json_kind(v));
+                       path, json_is_real(v) ? "a fraction" : rp_json_kind(v));
     if (x < lo || x > hi)
         return rp_fail(RP_ERR_FORMAT,
                        "%s/config.json: '%s' = %" PRId64 " is out of range (%" PRId64 "..%" PRId64
@@ -99,7 +80,7 @@ rp_status rp_conv_cfg_num(rp_conv *cv, const char *path, bool required, double d
     }
     if (!json_is_number(v))
         return rp_fail(RP_ERR_FORMAT, "%s/config.json: '%s' must be a number, not %s", cv->dir,
-                       path, json_kind(v));
+                       path, rp_json_kind(v));
     double x = json_number_value(v);
     if (!isfinite(x))
         return rp_fail(RP_ERR_FORMAT, "%s/config.json: '%s' is not finite", cv->dir, path);
@@ -115,7 +96,7 @@ rp_status rp_conv_cfg_bool(rp_conv *cv, const char *path, bool def, bool *out) {
     }
     if (!json_is_boolean(v))
         return rp_fail(RP_ERR_FORMAT, "%s/config.json: '%s' must be true or false, not %s", cv->dir,
-                       path, json_kind(v));
+                       path, rp_json_kind(v));
     *out = json_is_true(v);
     return RP_OK;
 }
@@ -128,7 +109,7 @@ rp_status rp_conv_cfg_str(rp_conv *cv, const char *path, const char *def, const 
     }
     if (!json_is_string(v))
         return rp_fail(RP_ERR_FORMAT, "%s/config.json: '%s' must be a string, not %s", cv->dir,
-                       path, json_kind(v));
+                       path, rp_json_kind(v));
     *out = json_string_value(v);
     return RP_OK;
 }
@@ -180,7 +161,7 @@ rp_status rp_conv_rope_params(rp_conv *cv, const char *layer_type, rp_conv_rope 
     if (!rp) rp = rp_conv_cfg(cv, where = "rope_scaling");
     if (rp && !json_is_object(rp))
         return rp_fail(RP_ERR_FORMAT, "%s/config.json: '%s' must be an object, not %s", cv->dir,
-                       where, json_kind(rp));
+                       where, rp_json_kind(rp));
     const json_t *obj = rp;
     if (rp && (json_object_get(rp, "full_attention") || json_object_get(rp, "sliding_attention"))) {
         obj = json_object_get(rp, sliding ? "sliding_attention" : "full_attention");

@@ -1,4 +1,5 @@
 #include "planfile.h"
+#include "json_util.h"
 #include "plan.h"
 #include "util.h"
 
@@ -558,26 +559,6 @@ rp_status rp_planfile_write(const rp_planfile *pf, const char *path) {
 
 /* ---- reading ----------------------------------------------------------------- */
 
-static const char *json_kind(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    default:
-        return "null";
-    }
-}
-
 /* The fields a version-1 file may hold; anything else is refused by name (a
  * misspelt field must not be silently ignored). */
 static const char *const g_top_fields[] = {"format",      "version",       "name",
@@ -612,7 +593,7 @@ static rp_status get_str(json_t *o, const char *field, const char *shown, bool r
                         : RP_OK;
     if (!json_is_string(v))
         return rp_fail(RP_ERR_FORMAT, "plan file %s: field '%s' must be a string, got %s", what,
-                       shown, json_kind(v));
+                       shown, rp_json_kind(v));
     if (strlen(json_string_value(v)) != json_string_length(v))
         return rp_fail(RP_ERR_FORMAT, "plan file %s: field '%s' contains a NUL character", what,
                        shown);
@@ -629,7 +610,7 @@ static rp_status get_int(json_t *o, const char *field, const char *shown, bool r
                         : RP_OK;
     if (!json_is_integer(v))
         return rp_fail(RP_ERR_FORMAT, "plan file %s: field '%s' must be an integer, got %s", what,
-                       shown, json_kind(v));
+                       shown, rp_json_kind(v));
     json_int_t x = json_integer_value(v);
     if (x < lo || x > hi)
         return rp_fail(RP_ERR_FORMAT, "plan file %s: field '%s' is %lld, outside %ld..%ld", what,
@@ -642,7 +623,7 @@ static rp_status parse_obj(json_t *o, const char *what, rp_planfile *pf) {
     rp_status s;
     if (!json_is_object(o))
         return rp_fail(RP_ERR_FORMAT, "plan file %s: expected a JSON object, got %s", what,
-                       json_kind(o));
+                       rp_json_kind(o));
     const char *fmt;
     if ((s = get_str(o, "format", "format", true, what, &fmt))) return s;
     if (strcmp(fmt, RP_PLANFILE_FORMAT))
@@ -681,7 +662,7 @@ static rp_status parse_obj(json_t *o, const char *what, rp_planfile *pf) {
     if (!base) return rp_fail(RP_ERR_FORMAT, "plan file %s: missing field 'base_model'", what);
     if (!json_is_object(base))
         return rp_fail(RP_ERR_FORMAT, "plan file %s: field 'base_model' must be an object, got %s",
-                       what, json_kind(base));
+                       what, rp_json_kind(base));
     if ((s = unknown_fields(base, g_base_fields, RP_ARRAY_LEN(g_base_fields), what, "base_model.")))
         return s;
     const char *arch, *hash, *bname, *bfile;

@@ -110,6 +110,16 @@ rp_status rp_synth_values(rp_synth *s, const float *v, int64_t ne0, int64_t ne1,
     return add(s, K_VALUES, RP_TYPE_F32, ne0, ne1, v, name);
 }
 
+rp_status rp_synth_uniform(rp_synth *s, rp_rng *rng, int64_t n, float lo, float hi, const char *fmt, ...) {
+    FMT_NAME(name, fmt);
+    float *v = rp_malloc((size_t)n * sizeof(float), "synth values");
+    if (!v) return RP_ERR_NOMEM;
+    for (int64_t i = 0; i < n; i++) v[i] = lo + (hi - lo) * (float)rp_rng_uniform(rng);
+    rp_status st = add(s, K_VALUES, RP_TYPE_F32, n, 0, v, name);
+    free(v);
+    return st;
+}
+
 /* Generated at write time, one tensor at a time, so a large model never sits
  * in memory as F32. */
 static rp_status fill(void *user, uint64_t index, void *dst, uint64_t nbytes) {

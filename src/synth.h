@@ -6,6 +6,7 @@
 
 #include "gguf.h"
 #include "reprise.h"
+#include "util.h"
 
 typedef struct rp_synth_params {
     const char *arch;
@@ -48,6 +49,10 @@ rp_status rp_synth_bias(rp_synth *s, int64_t n, const char *fmt, ...) __attribut
 /* A tensor of explicit F32 values (copied). */
 rp_status rp_synth_values(rp_synth *s, const float *v, int64_t ne0, int64_t ne1, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+/* A 1-D F32 tensor of n values drawn uniformly from [lo, hi) with rng (for
+ * parameters that need a range, such as decay rates). */
+rp_status rp_synth_uniform(rp_synth *s, rp_rng *rng, int64_t n, float lo, float hi, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
 rp_gguf_writer *rp_synth_writer(rp_synth *s);
 /* Standard transformer keys: block_count, embedding_length, feed_forward_length,
  * head counts, key/value length, rope, eps, context_length. */

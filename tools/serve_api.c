@@ -4,6 +4,7 @@
  * completions (objects and server-sent chunks) or llama.cpp's native
  * /completion, /tokenize and /detokenize. */
 #include "serve.h"
+#include "json_util.h"
 #include "chat.h"
 #include "context.h"
 #include "spec.h"
@@ -94,26 +95,6 @@ static enum MHD_Result reply_refusal(srv_req *r, const api_err *e) {
     return srv_reply_error(r, e->status, e->type, e->code, "%s", e->msg);
 }
 
-static const char *json_kind(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    default:
-        return "null";
-    }
-}
-
 /* Reads every field of the table present (and not null) in body into p. */
 static bool read_fields(const json_t *body, const field *tab, gen_params *p, api_err *e) {
     for (const field *f = tab; f->name; f++) {
@@ -123,13 +104,13 @@ static bool read_fields(const json_t *body, const field *tab, gen_params *p, api
         if (f->kind == FK_BOOL) {
             if (!json_is_boolean(v))
                 return refuse(e, 400, "invalid_type", "'%s' must be a boolean, got %s", f->name,
-                              json_kind(v));
+                              rp_json_kind(v));
             *(bool *)dst = json_is_true(v);
             continue;
         }
         if (!json_is_number(v))
             return refuse(e, 400, "invalid_type", "'%s' must be a number, got %s", f->name,
-                          json_kind(v));
+                          rp_json_kind(v));
         double x = json_number_value(v);
         if (f->kind != FK_FLOAT && (!json_is_integer(v) && x != floor(x)))
             return refuse(e, 400, "invalid_type", "'%s' must be an integer, got %g", f->name, x);
@@ -156,7 +137,7 @@ static bool read_stop(const json_t *body, gen_params *p, api_err *e) {
     size_t n = json_is_array(v) ? json_array_size(v) : 1;
     if (!json_is_string(v) && !json_is_array(v))
         return refuse(e, 400, "invalid_type",
-                      "'stop' must be a string or an array of strings, got %s", json_kind(v));
+                      "'stop' must be a string or an array of strings, got %s", rp_json_kind(v));
     if (n > SRV_MAX_STOP)
         return refuse(e, 422, "invalid_value", "'stop' has %zu strings; at most %d", n,
                       SRV_MAX_STOP);
@@ -164,7 +145,7 @@ static bool read_stop(const json_t *body, gen_params *p, api_err *e) {
         json_t *s = json_is_array(v) ? json_array_get(v, i) : v;
         if (!json_is_string(s))
             return refuse(e, 400, "invalid_type", "'stop[%zu]' must be a string, got %s", i,
-                          json_kind(s));
+                          rp_json_kind(s));
         size_t len = json_string_length(s);
         if (len == 0) continue; /* an empty stop string would stop before anything */
         if (len > SRV_MAX_STOP_LEN)
@@ -233,7 +214,7 @@ static int pick_entry(srv_server *srv, const json_t *body, api_err *e) {
     json_t *m = body ? json_object_get(body, "model") : NULL;
     if (!m || json_is_null(m)) return 0;
     if (!json_is_string(m)) {
-        refuse(e, 400, "invalid_type", "'model' must be a string, got %s", json_kind(m));
+        refuse(e, 400, "invalid_type", "'model' must be a string, got %s", rp_json_kind(m));
         return -1;
     }
     for (int i = 0; i < srv->n_entries; i++)
@@ -280,7 +261,7 @@ static bool token_array(srv_server *srv, const json_t *a, const char *what, int3
         json_t *x = json_array_get(a, i);
         if (!json_is_integer(x))
             return refuse(e, 400, "invalid_type", "'%s[%zu]' must be a token id (integer), got %s",
-                          what, i, json_kind(x));
+                          what, i, rp_json_kind(x));
         json_int_t id = json_integer_value(x);
         if (id < 0 || id >= nv)
             return refuse(e, 422, "invalid_value",
@@ -307,7 +288,7 @@ static bool read_prompt(srv_server *srv, const json_t *body, int32_t **toks, int
         return tokenize_text(srv, json_string_value(p), json_string_length(p), toks, n, e);
     if (json_is_array(p)) return token_array(srv, p, "prompt", toks, n, e);
     return refuse(e, 400, "invalid_type",
-                  "'prompt' must be a string or an array of token ids, got %s", json_kind(p));
+                  "'prompt' must be a string or an array of token ids, got %s", rp_json_kind(p));
 }
 
 /* "messages" rendered through the chat template. */
@@ -315,7 +296,7 @@ static bool read_messages(srv_server *srv, const json_t *body, int32_t **toks, i
     json_t *m = json_object_get(body, "messages");
     if (!m || json_is_null(m)) return refuse(e, 400, "missing_field", "'messages' is required");
     if (!json_is_array(m))
-        return refuse(e, 400, "invalid_type", "'messages' must be an array, got %s", json_kind(m));
+        return refuse(e, 400, "invalid_type", "'messages' must be an array, got %s", rp_json_kind(m));
     size_t k = json_array_size(m);
     if (k == 0) return refuse(e, 422, "invalid_value", "'messages' is empty");
     if (!srv->chat_ok)
@@ -329,7 +310,7 @@ static bool read_messages(srv_server *srv, const json_t *body, int32_t **toks, i
         json_t *x = json_array_get(m, i);
         if (!json_is_object(x)) {
             ok = refuse(e, 400, "invalid_type", "'messages[%zu]' must be an object, got %s", i,
-                        json_kind(x));
+                        rp_json_kind(x));
             break;
         }
         json_t *role = json_object_get(x, "role"), *content = json_object_get(x, "content");
@@ -377,7 +358,7 @@ static bool read_messages(srv_server *srv, const json_t *body, int32_t **toks, i
         } else {
             ok = refuse(e, 400, "invalid_type",
                         "'messages[%zu].content' must be a string or an array of parts, got %s", i,
-                        json_kind(content));
+                        rp_json_kind(content));
         }
     }
     char *text = NULL;
@@ -653,7 +634,7 @@ static bool read_bool(const json_t *body, const char *name, bool *out, api_err *
     json_t *v = json_object_get(body, name);
     if (!v || json_is_null(v)) return true;
     if (!json_is_boolean(v))
-        return refuse(e, 400, "invalid_type", "'%s' must be a boolean, got %s", name, json_kind(v));
+        return refuse(e, 400, "invalid_type", "'%s' must be a boolean, got %s", name, rp_json_kind(v));
     *out = json_is_true(v);
     return true;
 }
@@ -667,7 +648,7 @@ enum MHD_Result api_tokenize(srv_req *r, json_t *body) {
         return reply_refusal(r, (refuse(&e, 400, "missing_field", "'content' is required"), &e));
     if (!json_is_string(c))
         return reply_refusal(
-            r, (refuse(&e, 400, "invalid_type", "'content' must be a string, got %s", json_kind(c)),
+            r, (refuse(&e, 400, "invalid_type", "'content' must be a string, got %s", rp_json_kind(c)),
                 &e));
     if (!read_bool(body, "add_special", &add_special, &e) ||
         !read_bool(body, "parse_special", &parse_special, &e) ||
@@ -710,7 +691,7 @@ enum MHD_Result api_detokenize(srv_req *r, json_t *body) {
         return reply_refusal(r, (refuse(&e, 400, "missing_field", "'tokens' is required"), &e));
     if (!json_is_array(a))
         return reply_refusal(
-            r, (refuse(&e, 400, "invalid_type", "'tokens' must be an array, got %s", json_kind(a)),
+            r, (refuse(&e, 400, "invalid_type", "'tokens' must be an array, got %s", rp_json_kind(a)),
                 &e));
     int32_t *toks = NULL;
     int n = 0;

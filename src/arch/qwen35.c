@@ -800,16 +800,6 @@ static rp_status merge_meta_qwen35(const rp_model *m, const rp_plan *p, rp_gguf_
     return s;
 }
 
-static rp_status synth_values(rp_synth *s, rp_rng *rng, int64_t n, float lo, float hi,
-                              const char *name, int l) {
-    float *v = rp_malloc((size_t)n * sizeof(float), "synth values");
-    if (!v) return RP_ERR_NOMEM;
-    for (int64_t i = 0; i < n; i++) v[i] = lo + (hi - lo) * (float)rp_rng_uniform(rng);
-    rp_status st = rp_synth_values(s, v, n, 0, "blk.%d.%s", l, name);
-    free(v);
-    return st;
-}
-
 /* Random Qwen3.5 weights with llama.cpp's names and keys. Unset recurrent
  * sizes follow Qwen3.5-0.8B's proportions: value heads = 2 n_head, key heads =
  * value heads, state = min(128, head_dim), conv 4, every 4th layer full
@@ -869,8 +859,8 @@ static rp_status synth_qwen35(rp_synth *s, const rp_synth_params *p) {
             st = st ? st : rp_synth_weight(s, E, d_inner, "blk.%d.attn_gate.weight", l);
             st = st ? st : rp_synth_values(s, conv, dconv, conv_dim, "blk.%d.ssm_conv1d.weight", l);
             free(conv);
-            st = st ? st : synth_values(s, &rng, hv, -4.0f, -2.0f, "ssm_dt.bias", l);
-            st = st ? st : synth_values(s, &rng, hv, -8.0f, -1.0f, "ssm_a", l);
+            st = st ? st : rp_synth_uniform(s, &rng, hv, -4.0f, -2.0f, "blk.%d.ssm_dt.bias", l);
+            st = st ? st : rp_synth_uniform(s, &rng, hv, -8.0f, -1.0f, "blk.%d.ssm_a", l);
             st = st ? st : rp_synth_weight(s, E, hv, "blk.%d.ssm_beta.weight", l);
             st = st ? st : rp_synth_weight(s, E, hv, "blk.%d.ssm_alpha.weight", l);
             st = st ? st : rp_synth_norm(s, ds, "blk.%d.ssm_norm.weight", l);

@@ -697,16 +697,6 @@ static rp_status merge_meta_zamba2(const rp_model *m, const rp_plan *p, rp_gguf_
 
 /* ---- synthetic models ---------------------------------------------------- */
 
-static rp_status synth_vec(rp_synth *s, rp_rng *rng, int64_t n, float lo, float hi,
-                           const char *name, int l) {
-    float *v = rp_malloc((size_t)n * sizeof(float), "synth values");
-    if (!v) return RP_ERR_NOMEM;
-    for (int64_t i = 0; i < n; i++) v[i] = lo + (hi - lo) * (float)rp_rng_uniform(rng);
-    rp_status st = rp_synth_values(s, v, n, 0, "blk.%d.%s", l, name);
-    free(v);
-    return st;
-}
-
 /* Random Zamba2 weights in the layout above. Unset sizes: Mamba2 inner width
  * 2 n_embd in heads of 16, state 16, one group, conv 4; every 3rd layer
  * hybrid; 2 shared blocks (1 with a single hybrid layer); MLP adapter rank 8,
@@ -771,9 +761,9 @@ static rp_status synth_zamba2(rp_synth *s, const rp_synth_params *p) {
         st = st ? st : rp_synth_weight(s, E, proj, "blk.%d.ssm_in.weight", l);
         st = st ? st : rp_synth_weight(s, dconv, conv_dim, "blk.%d.ssm_conv1d.weight", l);
         st = st ? st : rp_synth_bias(s, conv_dim, "blk.%d.ssm_conv1d.bias", l);
-        st = st ? st : synth_vec(s, &rng, heads, -4.0f, -1.0f, "ssm_dt.bias", l);
-        st = st ? st : synth_vec(s, &rng, heads, -8.0f, -0.5f, "ssm_a", l);
-        st = st ? st : synth_vec(s, &rng, heads, 0.5f, 1.5f, "ssm_d", l);
+        st = st ? st : rp_synth_uniform(s, &rng, heads, -4.0f, -1.0f, "blk.%d.ssm_dt.bias", l);
+        st = st ? st : rp_synth_uniform(s, &rng, heads, -8.0f, -0.5f, "blk.%d.ssm_a", l);
+        st = st ? st : rp_synth_uniform(s, &rng, heads, 0.5f, 1.5f, "blk.%d.ssm_d", l);
         st = st ? st : rp_synth_norm(s, d_inner, "blk.%d.ssm_norm.weight", l);
         st = st ? st : rp_synth_weight(s, d_inner, E, "blk.%d.ssm_out.weight", l);
         const int b = block[l];
