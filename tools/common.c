@@ -328,13 +328,7 @@ bool tool_load(const char *cmd, const model_opts *o, uint32_t n_seq, rp_model **
         return false;
     }
     if (o->dump_plan) {
-        int n = rp_context_plan_report(*ctx, NULL, 0);
-        char *buf = malloc((size_t)n + 1);
-        if (buf) {
-            rp_context_plan_report(*ctx, buf, (size_t)n + 1);
-            fputs(buf, stdout);
-            free(buf);
-        }
+        tool_print_plan(stdout, *ctx);
         rp_context_free(*ctx);
         rp_model_free(*model);
         *ctx = NULL;
@@ -346,15 +340,18 @@ bool tool_load(const char *cmd, const model_opts *o, uint32_t n_seq, rp_model **
         char desc[256];
         rp_model_desc(*model, desc, sizeof desc);
         fprintf(stderr, "model: %s\n", desc);
-        int n = rp_context_plan_report(*ctx, NULL, 0);
-        char *buf = malloc((size_t)n + 1);
-        if (buf) {
-            rp_context_plan_report(*ctx, buf, (size_t)n + 1);
-            fputs(buf, stderr);
-            free(buf);
-        }
+        tool_print_plan(stderr, *ctx);
     }
     return true;
+}
+
+void tool_print_plan(FILE *fp, const rp_context *ctx) {
+    int n = rp_context_plan_report(ctx, NULL, 0);
+    char *buf = malloc((size_t)n + 1);
+    if (!buf) return;
+    rp_context_plan_report(ctx, buf, (size_t)n + 1);
+    fputs(buf, fp);
+    free(buf);
 }
 
 /* ---- text helpers -------------------------------------------------------- */

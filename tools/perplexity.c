@@ -183,13 +183,7 @@ static int load(const char *cmd, const model_opts *mo, int *c, bool c_given, uin
             rp_model_desc(*model, desc, sizeof desc);
             fprintf(stderr, "model: %s\n", desc);
         }
-        int n = rp_context_plan_report(*ctx, NULL, 0);
-        char *buf = malloc((size_t)n + 1);
-        if (buf) {
-            rp_context_plan_report(*ctx, buf, (size_t)n + 1);
-            fputs(buf, fp);
-            free(buf);
-        }
+        tool_print_plan(fp, *ctx);
     }
     return mo->dump_plan ? 0 : -1;
 }

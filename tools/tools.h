@@ -118,6 +118,9 @@ bool tool_plan_resolve(const char *cmd, const model_opts *o, const rp_model *m,
                        struct rp_planfile **pf, const char **repeat, const char **map);
 void tool_plan_free(struct rp_planfile *pf);
 
+/* The context's plan report (rp_context_plan_report) on fp. */
+void tool_print_plan(FILE *fp, const rp_context *ctx);
+
 /* Text helpers. */
 char *tool_read_text(const char *cmd, const char *path, size_t *len); /* NULL on error */
 bool parse_int_list(const char *s, int32_t **out, size_t *n); /* "1,2,3" or "1 2 3" */
