@@ -552,6 +552,21 @@ void rp_gguf_close(rp_gguf *g) {
     free(g);
 }
 
+void rp_gguf_release(const rp_gguf *g, const void *p, uint64_t n) {
+    /* only a read-only private file mapping: dropping its pages loses nothing */
+    if (!g || !g->mapped || !p || !n) return;
+    const uintptr_t base = (uintptr_t)g->base, a = (uintptr_t)p;
+    if (a < base || a - base > g->size || n > g->size - (a - base)) return;
+    const long ps = sysconf(_SC_PAGESIZE);
+    const uintptr_t page = ps > 0 ? (uintptr_t)ps : 4096;
+    const uintptr_t lo = (a + page - 1) & ~(page - 1), hi = (a + (uintptr_t)n) & ~(page - 1);
+    if (lo < hi) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+void rp_gguf_release_header(const rp_gguf *g) {
+    if (g && g->mapped) rp_gguf_release(g, g->base, g->data_offset);
+}
+
 uint32_t rp_gguf_version(const rp_gguf *g) { return g->version; }
 uint64_t rp_gguf_file_size(const rp_gguf *g) { return g->size; }
 uint64_t rp_gguf_alignment(const rp_gguf *g) { return g->alignment; }

@@ -86,6 +86,16 @@ rp_status rp_gguf_open(const char *path, rp_gguf **out);
 /* Parse a buffer the caller keeps alive (fuzzing, embedded models). */
 rp_status rp_gguf_open_mem(const void *data, size_t size, rp_gguf **out);
 void rp_gguf_close(rp_gguf *g);
+/* The bytes [p, p + n) of a mapped file will not be read again (a tensor
+ * whose only copy in use is a converted or re-laid-out one): the whole pages
+ * inside the range leave the process's memory (MADV_DONTNEED; were they read
+ * after all, they would come back from the file). A no-op for buffers opened
+ * with rp_gguf_open_mem (embedded models, fuzz inputs) and for ranges outside
+ * the mapping. */
+void rp_gguf_release(const rp_gguf *g, const void *p, uint64_t n);
+/* The same for the header (metadata and tensor table, parsed into copies;
+ * fixed-size arrays read after this come back from the file). */
+void rp_gguf_release_header(const rp_gguf *g);
 
 uint32_t rp_gguf_version(const rp_gguf *g);
 uint64_t rp_gguf_file_size(const rp_gguf *g);

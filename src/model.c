@@ -312,22 +312,43 @@ rp_status rp_bind_io(rp_model *m) {
     return RP_OK;
 }
 
-/* Touch every page of the mapping so loading shows progress and the first
- * token does not pay the page faults. */
-static rp_status prefault(rp_model *m, const rp_model_params *p) {
-    uint64_t n = rp_gguf_n_tensors(m->gguf);
+/* The weights' final form, tensor by tensor in file order, with progress:
+ * a matrix the CPU's kernels run re-laid out (rp_matmul_pack) is used only
+ * in its packed copy, so the pages packing read leave memory again
+ * (rp_gguf_release) and the weights are held once; so are the file bytes of
+ * a tensor converted at binding (norms to F32). Every other tensor's pages
+ * are touched, so the first token does not pay the page faults. */
+static rp_status finish_weights(rp_model *m, const rp_model_params *p) {
     uint64_t total = 0, done = 0;
-    for (uint64_t i = 0; i < n; i++) total += rp_gguf_tensor_at(m->gguf, i)->nbytes;
+    for (uint64_t i = 0; i < m->n_tensors; i++) total += rp_gguf_tensor_at(m->gguf, i)->nbytes;
     volatile uint8_t sink = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        const rp_gguf_tensor *t = rp_gguf_tensor_at(m->gguf, i);
-        const uint8_t *d = t->data;
-        for (uint64_t o = 0; o < t->nbytes; o += 4096) sink ^= d[o];
-        done += t->nbytes;
+    for (uint64_t i = 0; i < m->n_tensors; i++) {
+        rp_tensor *t = &m->tensors[i];
+        const rp_gguf_tensor *gt = rp_gguf_tensor_at(m->gguf, i);
+        void *pk = NULL;
+        /* an untied embedding is only looked up, a row at a time */
+        if (t->data == gt->data && !(t == m->tok_embd && m->output != t)) {
+            rp_status s = rp_matmul_pack(t, &pk);
+            if (s) return s;
+            if (pk && !rp_model_own(m, pk)) {
+                free(pk);
+                t->pack = NULL;
+                return RP_ERR_NOMEM;
+            }
+        }
+        if (t->data != gt->data || t->pack) {
+            rp_gguf_release(m->gguf, gt->data, gt->nbytes);
+        } else {
+            const uint8_t *d = t->data;
+            for (uint64_t o = 0; o < t->nbytes; o += 4096) sink ^= d[o];
+        }
+        done += gt->nbytes;
         if (p->progress && total && !p->progress((float)done / (float)total, p->progress_user))
             return rp_fail(RP_ERR_CANCELLED, "loading '%s' cancelled", m->path);
     }
     (void)sink;
+    /* the metadata (vocabulary, ...) lives on in parsed copies */
+    rp_gguf_release_header(m->gguf);
     return RP_OK;
 }
 
@@ -413,20 +434,7 @@ rp_status rp_model_from_gguf(rp_gguf *g, const char *path, const rp_model_params
                     m->hp.n_vocab);
         goto fail;
     }
-    /* matrix weights re-laid out for this CPU's kernels, owned by the model */
-    for (uint64_t i = 0; i < m->n_tensors; i++) {
-        rp_tensor *t = &m->tensors[i];
-        if (t == m->tok_embd && m->output != t) continue; /* only looked up */
-        void *p;
-        if ((s = rp_matmul_pack(t, &p))) goto fail;
-        if (p && !rp_model_own(m, p)) {
-            free(p);
-            t->pack = NULL;
-            s = RP_ERR_NOMEM;
-            goto fail;
-        }
-    }
-    if ((s = prefault(m, params))) goto fail;
+    if ((s = finish_weights(m, params))) goto fail;
     *out = m;
     return RP_OK;
 fail:

@@ -208,6 +208,9 @@ void rp_kv_write(const rp_kv_view *kv, int n_head_kv, int head_dim_k, int head_d
     }
 }
 
+/* ---- the per-key path: F32 caches (llama.cpp's arithmetic), CPUs without a
+ * split kernel, head dims beyond it ------------------------------------------ */
+
 typedef struct attn_job {
     const rp_attn_args *a;
     float *scratch;
@@ -258,7 +261,244 @@ static void attn_task(void *arg, int ith, int nth) {
     }
 }
 
+/* ---- the split path -------------------------------------------------------
+ *
+ * A query's keys are taken in splits of RP_ATTN_SPLIT positions (fixed in
+ * absolute position: split s holds positions [s * S, (s + 1) * S)); the
+ * kernel returns for each split the maximum score m, the sum l of
+ * exp(score - m) and the unnormalized weighted sum o of V rows; the splits'
+ * results are merged in split order and o / l is the output. The work is
+ * items of (a tile of up to tq consecutive tokens, a KV head, up to hq of
+ * the query heads sharing it), so each K or V row a kernel call reads serves
+ * up to RP_ATTN_MAXQ queries. Many items (prompts): each thread takes whole
+ * items and merges their splits as it goes. Few items (generation, a long
+ * context): the (item, split) pairs are spread over the threads and merged
+ * by a second pass. Both do the same arithmetic in the same order for every
+ * query, which does not depend on the other tokens of the batch: a batch
+ * equals its tokens one at a time. */
+
+typedef struct attn_plan {
+    const rp_attn_args *a;
+    rp_attn_split_fn split;
+    int group, hq, tq;      /* query heads per KV head; per item; tokens per tile */
+    int n_tiles, n_hc, n_items;
+    int n_spl;              /* splits per item in the split-spread mode */
+    float *part;            /* [n_items][n_spl]: m[MAXQ], l[MAXQ], has[MAXQ], o[MAXQ][dv] */
+} attn_plan;
+
+/* item i: tile, KV head, head chunk */
+static void item_of(const attn_plan *P, int i, int *tile, int *g, int *hc) {
+    *hc = i % P->n_hc;
+    *g = (i / P->n_hc) % P->a->n_head_kv;
+    *tile = i / P->n_hc / P->a->n_head_kv;
+}
+
+/* visible positions [lo, p + 1) of token t */
+static int vis_lo(const rp_attn_args *a, int t) {
+    return a->window > 0 ? RP_MAX(0, a->pos[t] - a->window + 1) : 0;
+}
+
+/* The queries of item i (slot = token in tile * hq + head in chunk), split s:
+ * m[slot], l[slot], o[slot * dv] for the slots whose token sees the split
+ * (has[slot]); one kernel call per run of tokens sharing a cache (a run's
+ * slots are consecutive: a tile of several tokens has every head of the
+ * group in one chunk). */
+static void item_split(const attn_plan *P, int i, int s, float *m, float *l, float *o,
+                       bool *has) {
+    const rp_attn_args *a = P->a;
+    int tile, g, hc;
+    item_of(P, i, &tile, &g, &hc);
+    const int t0 = tile * P->tq, t1 = RP_MIN(a->n_tok, t0 + P->tq);
+    const int h0 = g * P->group + hc * P->hq, nh = RP_MIN(P->hq, P->group - hc * P->hq);
+    const int k0 = s * RP_ATTN_SPLIT, k1 = k0 + RP_ATTN_SPLIT;
+    for (int q = 0; q < RP_ATTN_MAXQ; q++) has[q] = false;
+    for (int ta = t0; ta < t1;) {
+        const rp_kv_view *kv = a->kv[ta];
+        int tb = ta + 1;
+        while (tb < t1 && a->kv[tb] == kv) tb++;
+        const size_t ek = kv->type_k == RP_TYPE_F16 ? 2 : 4, ev = kv->type_v == RP_TYPE_F16 ? 2 : 4;
+        rp_attn_split sp = {
+            .k0 = k0,
+            .k1 = k1,
+            .k = (const uint8_t *)kv->k + (size_t)g * (size_t)kv->cap * (size_t)a->head_dim_k * ek,
+            .v = (const uint8_t *)kv->v + (size_t)g * (size_t)kv->cap * (size_t)a->head_dim_v * ev,
+            .type_k = kv->type_k,
+            .type_v = kv->type_v,
+            .cap = kv->cap,
+            .dk = a->head_dim_k,
+            .dv = a->head_dim_v,
+            .scale = a->scale,
+            .softcap = a->softcap};
+        const int first = (ta - t0) * P->hq;
+        bool any = false;
+        for (int t = ta; t < tb; t++) {
+            const int lo = vis_lo(a, t), hi = a->pos[t] + 1;
+            RP_ASSERT(hi - lo <= kv->cap);
+            for (int h = 0; h < nh; h++) {
+                const int q = sp.nq++;
+                RP_ASSERT(first + q == (t - t0) * P->hq + h);
+                sp.q[q] = a->q + (size_t)t * (size_t)a->q_stride +
+                          (size_t)(h0 + h) * (size_t)a->head_dim_k;
+                sp.beg[q] = RP_MAX(lo, k0);
+                sp.end[q] = RP_MIN(hi, k1);
+                has[first + q] = sp.beg[q] < sp.end[q];
+                any |= has[first + q];
+            }
+        }
+        if (any)
+            P->split(&sp, m + first, l + first, o + (size_t)first * (size_t)a->head_dim_v,
+                     (size_t)a->head_dim_v);
+        ta = tb;
+    }
+}
+
+/* acc (m, l, o) merged with a split's (ms, ls, os); the first one is copied */
+static void attn_merge(bool first, float *m, float *l, float *o, float ms, float ls,
+                       const float *os, int dv) {
+    if (first) {
+        *m = ms;
+        *l = ls;
+        memcpy(o, os, (size_t)dv * sizeof(float));
+        return;
+    }
+    const float mn = fmaxf(*m, ms), ea = expf(*m - mn), eb = expf(ms - mn);
+    *l = *l * ea + ls * eb;
+    for (int i = 0; i < dv; i++) o[i] = o[i] * ea + os[i] * eb;
+    *m = mn;
+}
+
+/* o / l into the output rows of item i */
+static void item_store(const attn_plan *P, int i, const float *l, const float *o) {
+    const rp_attn_args *a = P->a;
+    int tile, g, hc;
+    item_of(P, i, &tile, &g, &hc);
+    const int t0 = tile * P->tq, t1 = RP_MIN(a->n_tok, t0 + P->tq);
+    const int h0 = g * P->group + hc * P->hq, nh = RP_MIN(P->hq, P->group - hc * P->hq);
+    const int dv = a->head_dim_v;
+    for (int t = t0; t < t1; t++)
+        for (int h = 0; h < nh; h++) {
+            const int q = (t - t0) * P->hq + h;
+            float *out = a->out + (size_t)t * (size_t)a->out_stride + (size_t)(h0 + h) * (size_t)dv;
+            const float inv = 1.0f / l[q];
+            for (int d = 0; d < dv; d++) out[d] = o[(size_t)q * dv + d] * inv;
+        }
+}
+
+/* the splits item i's tokens see: [*s0, *s1) */
+static void item_splits(const attn_plan *P, int i, int *s0, int *s1) {
+    const rp_attn_args *a = P->a;
+    int tile, g, hc;
+    item_of(P, i, &tile, &g, &hc);
+    const int t0 = tile * P->tq, t1 = RP_MIN(a->n_tok, t0 + P->tq);
+    int lo = INT32_MAX, hi = 0;
+    for (int t = t0; t < t1; t++) {
+        lo = RP_MIN(lo, vis_lo(a, t));
+        hi = RP_MAX(hi, a->pos[t] + 1);
+    }
+    *s0 = lo / RP_ATTN_SPLIT;
+    *s1 = (hi + RP_ATTN_SPLIT - 1) / RP_ATTN_SPLIT;
+}
+
+/* whole items, splits merged in order */
+static void attn_items_task(void *arg, int ith, int nth) {
+    const attn_plan *P = arg;
+    const int dv = P->a->head_dim_v;
+    float m[RP_ATTN_MAXQ], l[RP_ATTN_MAXQ], ms[RP_ATTN_MAXQ], ls[RP_ATTN_MAXQ];
+    bool seen[RP_ATTN_MAXQ], has[RP_ATTN_MAXQ];
+    _Alignas(64) float o[RP_ATTN_MAXQ * RP_ATTN_MAXD], os[RP_ATTN_MAXQ * RP_ATTN_MAXD];
+    for (int i = ith; i < P->n_items; i += nth) {
+        int s0, s1;
+        item_splits(P, i, &s0, &s1);
+        for (int q = 0; q < RP_ATTN_MAXQ; q++) seen[q] = false;
+        for (int s = s0; s < s1; s++) {
+            item_split(P, i, s, ms, ls, os, has);
+            for (int q = 0; q < RP_ATTN_MAXQ; q++)
+                if (has[q]) {
+                    attn_merge(!seen[q], &m[q], &l[q], o + (size_t)q * dv, ms[q], ls[q],
+                               os + (size_t)q * dv, dv);
+                    seen[q] = true;
+                }
+        }
+        item_store(P, i, l, o);
+    }
+}
+
+static float *part_at(const attn_plan *P, int i, int s) {
+    return P->part + ((size_t)i * (size_t)P->n_spl + (size_t)s) * RP_ATTN_MAXQ *
+                         (size_t)(3 + P->a->head_dim_v);
+}
+
+/* split-spread mode, pass 1: (item, split) pairs */
+static void attn_parts_task(void *arg, int ith, int nth) {
+    const attn_plan *P = arg;
+    bool has[RP_ATTN_MAXQ];
+    const int n_units = P->n_items * P->n_spl;
+    for (int u = ith; u < n_units; u += nth) {
+        const int i = u / P->n_spl, s = u % P->n_spl;
+        int s0, s1;
+        item_splits(P, i, &s0, &s1);
+        float *pp = part_at(P, i, s);
+        for (int q = 0; q < RP_ATTN_MAXQ; q++) has[q] = false;
+        if (s >= s0 && s < s1) item_split(P, i, s, pp, pp + RP_ATTN_MAXQ, pp + 3 * RP_ATTN_MAXQ, has);
+        for (int q = 0; q < RP_ATTN_MAXQ; q++) pp[2 * RP_ATTN_MAXQ + q] = has[q] ? 1.0f : 0.0f;
+    }
+}
+
+/* pass 2: every item's splits merged in order */
+static void attn_merge_task(void *arg, int ith, int nth) {
+    const attn_plan *P = arg;
+    const int dv = P->a->head_dim_v;
+    float m[RP_ATTN_MAXQ], l[RP_ATTN_MAXQ];
+    bool seen[RP_ATTN_MAXQ];
+    _Alignas(64) float o[RP_ATTN_MAXQ * RP_ATTN_MAXD];
+    for (int i = ith; i < P->n_items; i += nth) {
+        for (int q = 0; q < RP_ATTN_MAXQ; q++) seen[q] = false;
+        for (int s = 0; s < P->n_spl; s++) {
+            const float *pp = part_at(P, i, s), *po = pp + 3 * RP_ATTN_MAXQ;
+            for (int q = 0; q < RP_ATTN_MAXQ; q++)
+                if (pp[2 * RP_ATTN_MAXQ + q] != 0.0f) {
+                    attn_merge(!seen[q], &m[q], &l[q], o + (size_t)q * dv, pp[q],
+                               pp[RP_ATTN_MAXQ + q], po + (size_t)q * dv, dv);
+                    seen[q] = true;
+                }
+        }
+        item_store(P, i, l, o);
+    }
+}
+
 void rp_attention(rp_compute *cc, const rp_attn_args *a, float *scratch, size_t per_thread) {
-    attn_job j = {a, scratch, per_thread};
-    rp_pool_run(cc->pool, attn_task, &j);
+    const rp_kernels *kn = rp_kern();
+    /* an F32 cache keeps the per-key arithmetic, llama.cpp's (the goldens
+     * match it bit for bit); F16 caches (the default) take the split path */
+    const bool f16 = a->n_tok > 0 && a->kv[0]->type_k == RP_TYPE_F16 && a->kv[0]->type_v == RP_TYPE_F16;
+    if (!kn->attn_split || !f16 || a->head_dim_k > RP_ATTN_MAXD || a->head_dim_v > RP_ATTN_MAXD) {
+        attn_job j = {a, scratch, per_thread};
+        rp_pool_run(cc->pool, attn_task, &j);
+        return;
+    }
+    attn_plan P = {.a = a, .split = kn->attn_split, .group = a->n_head / a->n_head_kv};
+    P.hq = RP_MIN(P.group, RP_ATTN_MAXQ);
+    P.tq = RP_MAX(1, RP_ATTN_MAXQ / P.hq);
+    P.n_hc = (P.group + P.hq - 1) / P.hq;
+    P.n_tiles = (a->n_tok + P.tq - 1) / P.tq;
+    P.n_items = P.n_tiles * a->n_head_kv * P.n_hc;
+    const int nth = rp_pool_size(cc->pool);
+    int max_s = 0, min_s = INT32_MAX;
+    for (int t = 0; t < a->n_tok; t++) {
+        max_s = RP_MAX(max_s, a->pos[t] / RP_ATTN_SPLIT);
+        min_s = RP_MIN(min_s, vis_lo(a, t) / RP_ATTN_SPLIT);
+    }
+    /* few items with several splits: spread the splits over the threads */
+    if (nth > 1 && P.n_items < 2 * nth && max_s > min_s) {
+        P.n_spl = max_s + 1;
+        const size_t bytes = (size_t)P.n_items * (size_t)P.n_spl * RP_ATTN_MAXQ *
+                             (size_t)(3 + a->head_dim_v) * sizeof(float);
+        P.part = rp_pool_shared_scratch(cc->pool, bytes);
+        if (P.part) {
+            rp_pool_run(cc->pool, attn_parts_task, &P);
+            rp_pool_run(cc->pool, attn_merge_task, &P);
+            return;
+        }
+    }
+    rp_pool_run(cc->pool, attn_items_task, &P);
 }

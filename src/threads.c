@@ -36,6 +36,8 @@ struct rp_pool {
     rp_task_fn fn;
     void *arg;
     int n_active;
+    void *shared; /* rp_pool_shared_scratch */
+    size_t shared_size;
     _Atomic unsigned gen;
     _Atomic int n_done;
     _Atomic int stop;
@@ -104,6 +106,7 @@ void rp_pool_free(rp_pool *p) {
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     for (int i = 0; i < p->n; i++) rp_free_aligned(p->workers[i].scratch);
+    rp_free_aligned(p->shared);
     free(p->workers);
     free(p);
 }
@@ -119,6 +122,14 @@ void *rp_pool_scratch(rp_pool *p, int ith, size_t size) {
     w->scratch = rp_alloc_aligned(size, "thread scratch");
     w->scratch_size = w->scratch ? size : 0;
     return w->scratch;
+}
+
+void *rp_pool_shared_scratch(rp_pool *p, size_t size) {
+    if (p->shared_size >= size) return p->shared;
+    rp_free_aligned(p->shared);
+    p->shared = rp_alloc_aligned(size, "shared thread scratch");
+    p->shared_size = p->shared ? size : 0;
+    return p->shared;
 }
 
 void rp_pool_run_n(rp_pool *p, int n, rp_task_fn fn, void *arg) {

@@ -23,6 +23,13 @@ void rp_pool_run_n(rp_pool *p, int n, rp_task_fn fn, void *arg);
  * task (ith 0 is the caller). NULL if it cannot be allocated. */
 void *rp_pool_scratch(rp_pool *p, int ith, size_t size);
 
+/* A buffer of at least size bytes (64-byte aligned) owned by the pool, for
+ * the caller to share with the threads of the tasks it runs (results of one
+ * task read by the next); reused across calls, so only one user at a time.
+ * Call from the caller's thread outside tasks. NULL if it cannot be
+ * allocated. */
+void *rp_pool_shared_scratch(rp_pool *p, size_t size);
+
 /* Physical cores of this machine (at least 1). */
 int rp_n_physical_cores(void);
 

@@ -1,6 +1,7 @@
 /* reprise bench: prompt-processing and generation speed, printed as a table
  * like llama-bench's (mean +- sample standard deviation over repetitions), and
  * a memory read-bandwidth probe for the roofline. */
+#include "matmul.h"
 #include "model.h"
 #include "spec_opts.h"
 #include "threads.h"
@@ -11,6 +12,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
 #include <time.h>
 
 static double now_s(void) {
@@ -64,6 +67,115 @@ static double bandwidth_gbs(int threads, size_t mib) {
     rp_pool_free(pool);
     rp_free_aligned(buf);
     return (double)bytes / best / 1e9;
+}
+
+
+/* ---- matmul microbenchmark ------------------------------------------------ */
+
+static double cpu_s(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+/* The cost of one product of a weight matrix of `type` (about `mib` MiB, rows
+ * of n inputs, packed as a model would be) with 1..16 tokens and a few larger
+ * counts, relative to one token: fastest wall time of `reps` calls and CPU
+ * time per call (all threads). A matrix larger than the caches shows whether
+ * a small batch reads the weights once. */
+static int kernel_bench(const char *type_name, int n, int mib, int threads, int reps) {
+    int type = -1;
+    for (int i = 0; i < RP_TYPE_COUNT; i++) {
+        const rp_type_traits *t = rp_type_get(i);
+        if (t && t->compute && !strcasecmp(t->name, type_name)) type = i;
+    }
+    if (type < 0 || !rp_type_get(type)->from_float) {
+        tool_error("bench", "--kernels: '%s' is not a weight type reprise computes and writes",
+                   type_name);
+        return 2;
+    }
+    const rp_type_traits *tt = rp_type_get(type);
+    const size_t rb = rp_row_size(type, n);
+    if (!rb) {
+        tool_error("bench", "--kernels: rows of %d do not divide into %s blocks", n, tt->name);
+        return 2;
+    }
+    const int rows = (int)RP_MAX((size_t)64, ((size_t)mib << 20) / rb / 16 * 16);
+    const int max_tok = 512, distinct = 64;
+    uint8_t *w = rp_alloc_aligned(rb * (size_t)rows, "bench weights");
+    float *x = malloc((size_t)n * max_tok * sizeof(float)),
+          *y = rp_alloc_aligned((size_t)rows * max_tok * sizeof(float), "bench outputs");
+    rp_compute cc = {.pool = rp_pool_new(threads)};
+    cc.wbuf_size = rp_matmul_scratch(n, max_tok);
+    cc.wbuf = rp_alloc_aligned(cc.wbuf_size, "bench scratch");
+    int ret = 1;
+    void *owned = NULL;
+    if (!w || !x || !y || !cc.pool || !cc.wbuf) {
+        tool_fail("bench", RP_ERR_NOMEM);
+        goto out;
+    }
+    rp_rng rng;
+    rp_rng_seed(&rng, 99);
+    for (int i = 0; i < n * max_tok; i++) x[i] = rp_rng_normal(&rng);
+    /* `distinct` quantized random rows, repeated */
+    for (int r = 0; r < distinct && r < rows; r++) {
+        tt->from_float(x + (size_t)(r % max_tok) * (size_t)n, w + (size_t)r * rb, n);
+        for (int i = 0; i < n; i++) x[(size_t)(r % max_tok) * (size_t)n + (size_t)i] = rp_rng_normal(&rng);
+    }
+    for (int r = distinct; r < rows; r++) memcpy(w + (size_t)r * rb, w + (size_t)(r % distinct) * rb, rb);
+    rp_tensor t = {.name = "bench",
+                   .type = type,
+                   .n_dims = 2,
+                   .ne = {n, rows, 1, 1},
+                   .nbytes = rb * (size_t)rows,
+                   .row_bytes = rb,
+                   .data = w};
+    if (rp_matmul_pack(&t, &owned)) {
+        tool_fail("bench", RP_ERR_NOMEM);
+        goto out;
+    }
+    if (owned) { /* as a loaded model: only the packed copy stays in memory */
+        rp_free_aligned(w);
+        w = NULL;
+        t.data = NULL;
+    }
+    printf("matmul %s: %d rows x %d (%.1f MiB%s), %d threads, fastest of %d calls\n", tt->name, rows,
+           n, (double)rb * rows / 1048576.0, owned ? ", packed" : "", threads, reps);
+    printf("| tokens | ms/call | x one token | CPU ms/call | CPU x one | GB/s weights |\n");
+    printf("|---:|---:|---:|---:|---:|---:|\n");
+    static const int counts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 32, 64, 512};
+    double t1 = 0, c1 = 0;
+    for (size_t i = 0; i < RP_ARRAY_LEN(counts); i++) {
+        const int nt = counts[i];
+        const int nr = nt >= 64 ? RP_MAX(1, reps / 4) : reps;
+        rp_matmul(&cc, &t, x, nt, y); /* warm-up */
+        double best = 1e30;
+        const double c0 = cpu_s();
+        for (int r = 0; r < nr; r++) {
+            const double s0 = now_s();
+            rp_matmul(&cc, &t, x, nt, y);
+            const double dt = now_s() - s0;
+            if (dt < best) best = dt;
+        }
+        const double cpu = (cpu_s() - c0) / nr;
+        if (nt == 1) {
+            t1 = best;
+            c1 = cpu;
+        }
+        printf("| %d | %.3f | %.2f | %.3f | %.2f | %.1f |\n", nt, best * 1e3, best / t1, cpu * 1e3,
+               cpu / c1, (double)rb * rows / best / 1e9);
+        fflush(stdout);
+    }
+    ret = 0;
+out:
+    free(owned);
+    rp_free_aligned(w);
+    free(x);
+    rp_free_aligned(y);
+    rp_free_aligned(cc.wbuf);
+    rp_pool_free(cc.pool);
+    return ret;
 }
 
 /* ---- speed tests ----------------------------------------------------------- */
@@ -178,6 +290,8 @@ int cmd_bench(int argc, char **argv) {
     model_opts_init(&mo);
     int n_prompt = 512, n_gen = 128, reps = 5, bw_mib = 0;
     bool bw = false;
+    const char *kern_type = NULL;
+    int kern_n = 2048, kern_mib = 128;
     const char *gen_prompt = "Once upon a time";
     spec_opts so;
     spec_opts_init(&so);
@@ -191,6 +305,12 @@ int cmd_bench(int argc, char **argv) {
          "measure memory read bandwidth with -t threads (no model needed)"},
         {"--bandwidth-mib", ARG_INT, &bw_mib, "N",
          "size of the bandwidth probe's buffer (default 2048)"},
+        {"--kernels", ARG_STR, &kern_type, "TYPE",
+         "matmul microbenchmark: a TYPE weight matrix (q8_0, q4_K, f16, ...) with 1..16, 32, 64 "
+         "and 512 tokens (no model needed)"},
+        {"--kernels-n", ARG_INT, &kern_n, "N", "with --kernels: inputs per row (default 2048)"},
+        {"--kernels-mib", ARG_INT, &kern_mib, "N",
+         "with --kernels: size of the matrix in MiB (default 128, beyond the caches)"},
         {"--gen-prompt", ARG_STR, &gen_prompt, "TEXT",
          "with speculative decoding: the prompt greedy generation starts from (default 'Once upon "
          "a time')"},
@@ -233,6 +353,13 @@ int cmd_bench(int argc, char **argv) {
         if (g < 0) return tool_fail(cmd, RP_ERR_NOMEM);
         printf("bandwidth: %.1f GB/s read, %d threads\n", g, threads);
         if (!mo.model) return 0;
+    }
+    if (kern_type) {
+        if (kern_n < 32 || kern_mib < 1) {
+            tool_error(cmd, "--kernels-n must be >= 32 and --kernels-mib >= 1");
+            return 2;
+        }
+        return kernel_bench(kern_type, kern_n, kern_mib, threads, reps);
     }
     if (!mo.model) {
         tool_error(cmd, "no model given (-m FILE)");

@@ -43,23 +43,53 @@ typedef struct rp_gemm_ops {
 
 /* Weights re-laid out once at load in panels of RP_PANEL rows, so one 512-bit
  * instruction serves 16 rows (the activation broadcast). Rows past the end of
- * the last panel are zero. Products from a packed layout return exactly the
- * floats of vec_dot.
+ * the last panel are zero. Every product of a packed tensor runs on the
+ * packed copy (the file's bytes are not read again): each output is exactly
+ * the float of vec_dot, whatever the token count.
  *   bytes:  size of the packed copy of rows x n weights
  *   pack:   w (rows rows, ldw bytes apart) -> dst
+ *   unpack: blocks [b0, b1) of row r back in the file's format (the bytes
+ *           pack read), at row (embedding lookups of a tied output)
  *   xbytes, xprep: per-token extras the kernel derives from an activation row
  *           (in the vec_dot_type) once per product
- *   gemv:   y[r] for the rows r < rows of panels [p0, p1), one token: its row
- *           xq and extras xe */
+ *   gemm:   y[t * ldy + r] for tokens t < nt (activation row xq + t * ldx,
+ *           extras xe + t * lde) and the rows r < rows of panels [p0, p1);
+ *           the weights of a panel are read once for all nt tokens */
 #define RP_PANEL 16
 typedef struct rp_pack_ops {
     size_t (*bytes)(int64_t n, int64_t rows);
     void (*pack)(int64_t n, int64_t rows, const void *w, size_t ldw, void *dst);
+    void (*unpack)(int64_t n, const void *packed, int64_t r, int64_t b0, int64_t b1, void *row);
     size_t (*xbytes)(int n);
     void (*xprep)(int n, const void *xq, void *xe);
-    void (*gemv)(int n, int64_t rows, const void *packed, int64_t p0, int64_t p1, const void *xq,
-                 const void *xe, float *y);
+    void (*gemm)(int n, int64_t rows, const void *packed, int64_t p0, int64_t p1, int nt,
+                 const void *xq, size_t ldx, const void *xe, size_t lde, float *y, size_t ldy);
 } rp_pack_ops;
+
+/* Attention over one split of keys: queries i < nq (rows q[i], dk floats)
+ * against the keys at positions [k0, k1) of one KV head (position p in cell
+ * p % cap; K rows of dk, V rows of dv elements, F32 or F16), query i seeing
+ * the positions [beg[i], end[i]) (within the split; may be empty). Scores are
+ * scale * q.k, then softcap * tanh(score / softcap) when softcap > 0. Per
+ * query: m[i] the largest visible score (-INFINITY if none), l[i] the sum of
+ * exp(score - m[i]) and o[i * ldo ..] the sum of exp(score - m[i]) * v, over
+ * its visible keys. Keys are taken in tiles of 16 aligned to positions that
+ * are multiples of 16 (k0 is one): a query's results do not depend on the
+ * other queries of the call. dk, dv <= RP_ATTN_MAXD. */
+#define RP_ATTN_MAXQ  8
+#define RP_ATTN_MAXD  256
+#define RP_ATTN_SPLIT 256 /* k1 - k0 <= RP_ATTN_SPLIT */
+typedef struct rp_attn_split {
+    int nq;
+    const float *q[RP_ATTN_MAXQ];
+    int beg[RP_ATTN_MAXQ], end[RP_ATTN_MAXQ];
+    int k0, k1;
+    const void *k, *v; /* the head's first cell */
+    int type_k, type_v;
+    int cap, dk, dv;
+    float scale, softcap;
+} rp_attn_split;
+typedef void (*rp_attn_split_fn)(const rp_attn_split *a, float *m, float *l, float *o, size_t ldo);
 
 typedef struct rp_kernels {
     rp_isa isa;
@@ -75,6 +105,8 @@ typedef struct rp_kernels {
     float (*dot_f16_f32)(int n, const uint16_t *a, const float *b);
     void (*axpy_f16)(int n, float a, const uint16_t *x, float *y);
     void (*f32_to_f16)(const float *x, uint16_t *y, int n);
+    /* optional: attention over a split of keys (see rp_attn_split) */
+    rp_attn_split_fn attn_split;
 } rp_kernels;
 
 /* The table for the running CPU (rp_cpu_isa()), built once. */

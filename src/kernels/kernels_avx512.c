@@ -987,8 +987,22 @@ static void gemv_q6_K(int n, int nr, const void *w, size_t ldw, const void *x, f
 
 /* ============================================================================
  * Row panels (weights packed at load): 16 rows side by side per lane of 4
- * weights, so the activation's 4 bytes are the broadcast operand.
+ * weights, so the activation's 4 bytes are the broadcast operand and one
+ * 512-bit register of weights serves 16 rows.
+ *
+ * Every product runs on this layout, whatever its token count: one token
+ * (generation), a few (speculative verification) or many (prompts). For
+ * each panel the tokens are taken in tiles of a few; the panel's weights are
+ * loaded (and unpacked) once per tile and used for every token of it, and a
+ * panel (a few KiB to tens of KiB) stays in L1 from one tile to the next, so
+ * a matrix is read from memory once per product and the file's copy of a
+ * packed tensor is never read after packing. Per token, a tile performs the
+ * operations of the one-token kernel in the same order: each output is the
+ * float vec_dot returns. The tile kernels are inlined with a constant tile
+ * size, which keeps their per-token accumulators in registers.
  * ========================================================================== */
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
 
 static inline int64_t n_panels(int64_t rows) {
     return (rows + RP_PANEL - 1) / RP_PANEL;
@@ -998,6 +1012,49 @@ static inline int64_t n_panels(int64_t rows) {
 static inline void store_panel(float *y, int64_t r0, int64_t rows, __m512 v) {
     const int64_t c = rows - r0 < 16 ? rows - r0 : 16;
     _mm512_mask_storeu_ps(y + r0, (__mmask16)((1u << c) - 1), v);
+}
+
+/* The arguments of a tile: panel pw (nb blocks), tokens xq + t * ldx with
+ * extras xe + t * lde, outputs y + t * ldy at rows r0.. (of rows). */
+#define TILE_PARAMS                                                                                \
+    const uint8_t *pw, int nb, const uint8_t *xq, size_t ldx, const uint8_t *xe, size_t lde,       \
+        float *y, size_t ldy, int64_t r0, int64_t rows
+#define TILE_ARGS pw, nb, x0, ldx, e0, lde, y0, ldy, p * 16, rows
+
+/* gemm over panels [p0, p1) for nt tokens, in tiles of at most TT_MAX (<= 6)
+ * tokens; TILE(TILE_ARGS, tt) is the tile kernel */
+#define PANEL_GEMM(name, TILE, TT_MAX, unit, blk_bytes)                                            \
+    static void name(int n, int64_t rows, const void *packed, int64_t p0, int64_t p1, int nt,      \
+                     const void *xq, size_t ldx, const void *xe, size_t lde, float *y,             \
+                     size_t ldy) {                                                                 \
+        const int nb = n / (unit);                                                                 \
+        for (int64_t p = p0; p < p1; p++) {                                                        \
+            const uint8_t *pw = (const uint8_t *)packed + (size_t)(p * nb) * (blk_bytes);          \
+            for (int t0 = 0; t0 < nt; t0 += (TT_MAX)) {                                            \
+                const uint8_t *x0 = (const uint8_t *)xq + (size_t)t0 * ldx;                        \
+                const uint8_t *e0 = (const uint8_t *)xe + (size_t)t0 * lde;                        \
+                float *y0 = y + (size_t)t0 * ldy;                                                  \
+                switch (nt - t0 < (TT_MAX) ? nt - t0 : (TT_MAX)) {                                 \
+                case 1: TILE(TILE_ARGS, 1); break;                                                 \
+                case 2: TILE(TILE_ARGS, 2); break;                                                 \
+                case 3: TILE(TILE_ARGS, 3 <= (TT_MAX) ? 3 : 1); break;                             \
+                case 4: TILE(TILE_ARGS, 4 <= (TT_MAX) ? 4 : 1); break;                             \
+                case 5: TILE(TILE_ARGS, 5 <= (TT_MAX) ? 5 : 1); break;                             \
+                default: TILE(TILE_ARGS, 6 <= (TT_MAX) ? 6 : 1); break;                            \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+/* The row of a packed tensor in the file's format, blocks [b0, b1): the
+ * 4-byte groups of row r of panel blocks laid out as [g][16 rows][4] */
+static inline const uint8_t *panel_block(const void *packed, int64_t nb, int64_t r, int64_t b,
+                                         size_t blk_bytes) {
+    return (const uint8_t *)packed + (size_t)((r / 16) * nb + b) * blk_bytes;
+}
+
+static inline void gather4(uint8_t *dst, const uint8_t *o, int g, int r) {
+    memcpy(dst, o + (size_t)(g * 16 + r) * 4, 4);
 }
 
 /* ---- Q8_0 (lanes): per panel and block, u8 w+128 [8 lanes][16 rows][4] and
@@ -1028,6 +1085,19 @@ static void p8_pack(int64_t n, int64_t rows, const void *w, size_t ldw, void *ds
         }
 }
 
+static void p8_unpack(int64_t n, const void *packed, int64_t r, int64_t b0, int64_t b1,
+                      void *row) {
+    block_q8_0 *x = row;
+    for (int64_t b = b0; b < b1; b++, x++) {
+        const uint8_t *o = panel_block(packed, n / 32, r, b, P8_BYTES);
+        for (int l = 0; l < 8; l++) {
+            const uint32_t v = load_u32(o + (size_t)(l * 16 + r % 16) * 4) ^ 0x80808080u;
+            memcpy(x->qs + 4 * l, &v, 4);
+        }
+        memcpy(&x->d, o + 512 + 2 * (r % 16), 2);
+    }
+}
+
 /* extras per block: -128 * (sum of each lane's 4 activations), then the scale */
 static size_t p8_xbytes(int n) {
     return (size_t)(n / 32) * 36;
@@ -1046,34 +1116,40 @@ static void p8_xprep(int n, const void *xq, void *xe) {
     }
 }
 
-static void p8_gemv(int n, int64_t rows, const void *packed, int64_t p0, int64_t p1, const void *xq,
-                    const void *xe, float *y) {
-    const int nb = n / 32;
-    const block_q8_0 *x = xq;
-    const int32_t *corr = xe;
-    const float *dx = (const float *)(corr + (size_t)nb * 8);
-    for (int64_t p = p0; p < p1; p++) {
-        const uint8_t *pw = (const uint8_t *)packed + (size_t)(p * nb) * P8_BYTES;
-        __m512 acc[8];
+/* per token and lane: acc[l] = fma(dw * dx, lane sum, acc[l]) */
+ALWAYS_INLINE void p8_tile(TILE_PARAMS, const int TT) {
+    __m512 acc[6][8];
+    UNROLL8
+    for (int t = 0; t < TT; t++) UNROLL8
+    for (int l = 0; l < 8; l++) acc[t][l] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++, pw += P8_BYTES) {
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pw + 512)));
+        __m512 d[6];
         UNROLL8
-        for (int l = 0; l < 8; l++) acc[l] = _mm512_setzero_ps();
-        for (int b = 0; b < nb; b++, pw += P8_BYTES) {
-            const __m512 d =
-                _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pw + 512))),
-                              _mm512_set1_ps(dx[b]));
+        for (int t = 0; t < TT; t++) {
+            const float *dx = (const float *)(xe + (size_t)t * lde) + (size_t)nb * 8;
+            d[t] = _mm512_mul_ps(dw, _mm512_set1_ps(dx[b]));
+        }
+        UNROLL8
+        for (int l = 0; l < 8; l++) {
+            const __m512i w = _mm512_loadu_si512(pw + 64 * l);
             UNROLL8
-            for (int l = 0; l < 8; l++) {
+            for (int t = 0; t < TT; t++) {
+                const block_q8_0 *x = (const block_q8_0 *)(xq + (size_t)t * ldx) + b;
+                const int32_t *corr = (const int32_t *)(xe + (size_t)t * lde) + 8 * b;
                 const __m512i s =
-                    _mm512_dpbusd_epi32(_mm512_set1_epi32(corr[8 * b + l]),
-                                        _mm512_loadu_si512(pw + 64 * l), bcast32(x[b].qs + 4 * l));
-                acc[l] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[l]);
+                    _mm512_dpbusd_epi32(_mm512_set1_epi32(corr[l]), w, bcast32(x->qs + 4 * l));
+                acc[t][l] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(s), acc[t][l]);
             }
         }
-        store_panel(y, p * 16, rows, reduce8(acc));
     }
+    UNROLL8
+    for (int t = 0; t < TT; t++) store_panel(y + (size_t)t * ldy, r0, rows, reduce8(acc[t]));
 }
 
-static const rp_pack_ops pack_q8_0 = {p8_bytes, p8_pack, p8_xbytes, p8_xprep, p8_gemv};
+PANEL_GEMM(p8_gemm, p8_tile, 3, 32, P8_BYTES)
+
+static const rp_pack_ops pack_q8_0 = {p8_bytes, p8_pack, p8_unpack, p8_xbytes, p8_xprep, p8_gemm};
 
 /* ---- Q4_0 and IQ4_NL (rows): per panel and block (288 bytes, as the file)
  *   u8  qs[4 m][16 rows][4]  bytes 4m.. of each row (low nibbles: lane m,
@@ -1104,6 +1180,16 @@ static void p40_pack(int64_t n, int64_t rows, const void *w, size_t ldw, void *d
         }
 }
 
+static void p40_unpack(int64_t n, const void *packed, int64_t r, int64_t b0, int64_t b1,
+                       void *row) {
+    block_q4_0 *x = row;
+    for (int64_t b = b0; b < b1; b++, x++) {
+        const uint8_t *o = panel_block(packed, n / 32, r, b, P40_BYTES);
+        for (int m = 0; m < 4; m++) gather4(x->qs + 4 * m, o, m, (int)(r % 16));
+        memcpy(&x->d, o + 256 + 2 * (r % 16), 2);
+    }
+}
+
 /* extras per block: the offset times the block's activation sum, then its scale */
 static size_t p40_xbytes(int n) {
     return (size_t)(n / 32) * 8;
@@ -1128,11 +1214,8 @@ static void p40_xprep_iq4_nl(int n, const void *xq, void *xe) {
     p40_xprep_off(n, xq, xe, 128);
 }
 
-static void p40_gemv(int n, int64_t rows, const void *packed, int64_t p0, int64_t p1,
-                     const void *xq, const void *xe, float *y, bool nl) {
-    const int nb = n / 32;
-    const block_q8_0 *x = xq;
-    const int32_t *ex = xe;
+/* per token: acc = fma((float)block sum, dw * dx, acc) */
+ALWAYS_INLINE void p40_tile(TILE_PARAMS, const int TT, const bool nl) {
     const __m512i m4 = _mm512_set1_epi8(0xF);
     __m512i lut = _mm512_setzero_si512();
     if (nl) {
@@ -1140,47 +1223,54 @@ static void p40_gemv(int n, int64_t rows, const void *packed, int64_t p0, int64_
         for (int i = 0; i < 16; i++) u[i] = (uint8_t)(rp_kvalues_iq4nl[i] + 128);
         lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)u));
     }
-    for (int64_t p = p0; p < p1; p++) {
-        const uint8_t *pw = (const uint8_t *)packed + (size_t)(p * nb) * P40_BYTES;
-        __m512 acc = _mm512_setzero_ps();
-        for (int b = 0; b < nb; b++, pw += P40_BYTES) {
-            float dx;
-            memcpy(&dx, &ex[2 * b + 1], 4);
-            __m512i s0 = _mm512_set1_epi32(ex[2 * b]), s1 = _mm512_setzero_si512();
-            for (int m = 0; m < 4; m++) {
-                const __m512i raw = _mm512_loadu_si512(pw + 64 * m);
-                __m512i lo = _mm512_and_si512(raw, m4),
-                        hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
-                if (nl) {
-                    lo = _mm512_shuffle_epi8(lut, lo);
-                    hi = _mm512_shuffle_epi8(lut, hi);
-                }
-                s0 = _mm512_dpbusd_epi32(s0, lo, bcast32(x[b].qs + 4 * m));
-                s1 = _mm512_dpbusd_epi32(s1, hi, bcast32(x[b].qs + 16 + 4 * m));
-            }
-            const __m512 d =
-                _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pw + 256))),
-                              _mm512_set1_ps(dx));
-            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), d, acc);
+    __m512 acc[6];
+    UNROLL8
+    for (int t = 0; t < TT; t++) acc[t] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++, pw += P40_BYTES) {
+        __m512i s0[6], s1[6];
+        UNROLL8
+        for (int t = 0; t < TT; t++) {
+            s0[t] = _mm512_set1_epi32(((const int32_t *)(xe + (size_t)t * lde))[2 * b]);
+            s1[t] = _mm512_setzero_si512();
         }
-        store_panel(y, p * 16, rows, acc);
+        UNROLL8
+        for (int m = 0; m < 4; m++) {
+            const __m512i raw = _mm512_loadu_si512(pw + 64 * m);
+            __m512i lo = _mm512_and_si512(raw, m4),
+                    hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+            if (nl) {
+                lo = _mm512_shuffle_epi8(lut, lo);
+                hi = _mm512_shuffle_epi8(lut, hi);
+            }
+            UNROLL8
+            for (int t = 0; t < TT; t++) {
+                const block_q8_0 *x = (const block_q8_0 *)(xq + (size_t)t * ldx) + b;
+                s0[t] = _mm512_dpbusd_epi32(s0[t], lo, bcast32(x->qs + 4 * m));
+                s1[t] = _mm512_dpbusd_epi32(s1[t], hi, bcast32(x->qs + 16 + 4 * m));
+            }
+        }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pw + 256)));
+        UNROLL8
+        for (int t = 0; t < TT; t++) {
+            float dx;
+            memcpy(&dx, (const int32_t *)(xe + (size_t)t * lde) + 2 * b + 1, 4);
+            const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(dx));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0[t], s1[t])), d, acc[t]);
+        }
     }
+    UNROLL8
+    for (int t = 0; t < TT; t++) store_panel(y + (size_t)t * ldy, r0, rows, acc[t]);
 }
 
-static void p40_gemv_q4_0(int n, int64_t rows, const void *packed, int64_t p0, int64_t p1,
-                          const void *xq, const void *xe, float *y) {
-    p40_gemv(n, rows, packed, p0, p1, xq, xe, y, false);
-}
+#define P40_TILE_Q4_0(args, tt)   p40_tile(args, tt, false)
+#define P40_TILE_IQ4_NL(args, tt) p40_tile(args, tt, true)
+PANEL_GEMM(p40_gemm_q4_0, P40_TILE_Q4_0, 6, 32, P40_BYTES)
+PANEL_GEMM(p40_gemm_iq4_nl, P40_TILE_IQ4_NL, 6, 32, P40_BYTES)
 
-static void p40_gemv_iq4_nl(int n, int64_t rows, const void *packed, int64_t p0, int64_t p1,
-                            const void *xq, const void *xe, float *y) {
-    p40_gemv(n, rows, packed, p0, p1, xq, xe, y, true);
-}
-
-static const rp_pack_ops pack_q4_0 = {p40_bytes, p40_pack, p40_xbytes, p40_xprep_q4_0,
-                                      p40_gemv_q4_0};
-static const rp_pack_ops pack_iq4_nl = {p40_bytes, p40_pack, p40_xbytes, p40_xprep_iq4_nl,
-                                        p40_gemv_iq4_nl};
+static const rp_pack_ops pack_q4_0 = {p40_bytes,  p40_pack,       p40_unpack,
+                                      p40_xbytes, p40_xprep_q4_0, p40_gemm_q4_0};
+static const rp_pack_ops pack_iq4_nl = {p40_bytes,  p40_pack,         p40_unpack,
+                                        p40_xbytes, p40_xprep_iq4_nl, p40_gemm_iq4_nl};
 
 /* ---- Q4_K (rows): per panel and super-block (2496 bytes)
  *   u8  qs[4 c][8 l][16 rows][4]  bytes 32c+4l.. of each row's qs (low
@@ -1224,6 +1314,32 @@ static void p4k_pack(int64_t n, int64_t rows, const void *w, size_t ldw, void *d
         }
 }
 
+/* k4_scales inverted: 6-bit scales and mins back into the 12 bytes */
+static void p4k_unpack(int64_t n, const void *packed, int64_t r, int64_t b0, int64_t b1,
+                       void *row) {
+    block_q4_K *x = row;
+    const int rr = (int)(r % 16);
+    for (int64_t sb = b0; sb < b1; sb++, x++) {
+        const uint8_t *o = panel_block(packed, n / QK_K, r, sb, P4K_BYTES);
+        for (int c = 0; c < 4; c++)
+            for (int l = 0; l < 8; l++) gather4(x->qs + 32 * c + 4 * l, o, c * 8 + l, rr);
+        uint8_t sc[8], mn[8];
+        for (int j = 0; j < 8; j++) sc[j] = o[P4K_SC + j * 16 + rr];
+        for (int q = 0; q < 4; q++) {
+            const uint32_t v = load_u32(o + P4K_MN + (size_t)(q * 16 + rr) * 4);
+            mn[2 * q] = (uint8_t)v;
+            mn[2 * q + 1] = (uint8_t)(v >> 16);
+        }
+        for (int j = 0; j < 4; j++) {
+            x->scales[j] = (uint8_t)((sc[j] & 63) | (sc[j + 4] >> 4) << 6);
+            x->scales[j + 4] = (uint8_t)((mn[j] & 63) | (mn[j + 4] >> 4) << 6);
+            x->scales[j + 8] = (uint8_t)((sc[j + 4] & 15) | (mn[j + 4] & 15) << 4);
+        }
+        memcpy(&x->d, o + P4K_D + 2 * rr, 2);
+        memcpy(&x->dmin, o + P4K_D + 32 + 2 * rr, 2);
+    }
+}
+
 /* extras per super-block: int16 pairs (S_2p, S_2p+1) of the group sums */
 static size_t p4k_xbytes(int n) {
     return (size_t)(n / QK_K) * 16;
@@ -1238,57 +1354,69 @@ static void p4k_xprep(int n, const void *xq, void *xe) {
                                    x[sb].bsums[4 * q + 2] + x[sb].bsums[4 * q + 3]);
 }
 
-static void p4k_gemv(int n, int64_t rows, const void *packed, int64_t p0, int64_t p1,
-                     const void *xq, const void *xe, float *y) {
-    const int nsb = n / QK_K;
-    const block_q8_K *x = xq;
-    const uint32_t *S = xe;
+/* per token: exact super-block sums (group sums times their 6-bit scales),
+ * acc = fma(sum, dw * dx, acc), accm = fma(min sum, dmin * dx, accm);
+ * the result is acc - accm */
+ALWAYS_INLINE void p4k_tile(TILE_PARAMS, const int TT) {
     const __m512i m4 = _mm512_set1_epi8(0xF);
-    for (int64_t p = p0; p < p1; p++) {
-        const uint8_t *pw = (const uint8_t *)packed + (size_t)(p * nsb) * P4K_BYTES;
-        __m512 acc = _mm512_setzero_ps(), accm = acc;
-        for (int sb = 0; sb < nsb; sb++, pw += P4K_BYTES) {
-            const int8_t *xs = x[sb].qs;
-            __m512i sum = _mm512_setzero_si512();
-            for (int c = 0; c < 4; c++) {
-                __m512i lo = _mm512_setzero_si512(), hi = lo, lo2 = lo, hi2 = lo;
+    __m512 acc[6], accm[6];
+    UNROLL8
+    for (int t = 0; t < TT; t++) acc[t] = accm[t] = _mm512_setzero_ps();
+    for (int sb = 0; sb < nb; sb++, pw += P4K_BYTES) {
+        __m512i sum[6];
+        UNROLL8
+        for (int t = 0; t < TT; t++) sum[t] = _mm512_setzero_si512();
+        for (int c = 0; c < 4; c++) {
+            __m512i lo[6], hi[6];
+            UNROLL8
+            for (int t = 0; t < TT; t++) lo[t] = hi[t] = _mm512_setzero_si512();
+            UNROLL8
+            for (int l = 0; l < 8; l++) {
+                const __m512i w = _mm512_load_si512(pw + (size_t)(c * 8 + l) * 64);
+                const __m512i wl = _mm512_and_si512(w, m4),
+                              wh = _mm512_and_si512(_mm512_srli_epi16(w, 4), m4);
                 UNROLL8
-                for (int l = 0; l < 8; l += 2) {
-                    const __m512i w0 = _mm512_load_si512(pw + (size_t)(c * 8 + l) * 64);
-                    const __m512i w1 = _mm512_load_si512(pw + (size_t)(c * 8 + l + 1) * 64);
-                    lo = _mm512_dpbusd_epi32(lo, _mm512_and_si512(w0, m4),
-                                             bcast32(xs + 64 * c + 4 * l));
-                    hi = _mm512_dpbusd_epi32(hi, _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4),
-                                             bcast32(xs + 64 * c + 32 + 4 * l));
-                    lo2 = _mm512_dpbusd_epi32(lo2, _mm512_and_si512(w1, m4),
-                                              bcast32(xs + 64 * c + 4 * l + 4));
-                    hi2 = _mm512_dpbusd_epi32(hi2, _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4),
-                                              bcast32(xs + 64 * c + 36 + 4 * l));
+                for (int t = 0; t < TT; t++) {
+                    const int8_t *xs = ((const block_q8_K *)(xq + (size_t)t * ldx))[sb].qs;
+                    lo[t] = _mm512_dpbusd_epi32(lo[t], wl, bcast32(xs + 64 * c + 4 * l));
+                    hi[t] = _mm512_dpbusd_epi32(hi[t], wh, bcast32(xs + 64 * c + 32 + 4 * l));
                 }
-                const __m512i sc0 =
-                    _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(pw + P4K_SC + 32 * c)));
-                const __m512i sc1 = _mm512_cvtepu8_epi32(
-                    _mm_load_si128((const __m128i *)(pw + P4K_SC + 32 * c + 16)));
-                sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(_mm512_add_epi32(lo, lo2), sc0));
-                sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(_mm512_add_epi32(hi, hi2), sc1));
             }
+            const __m512i sc0 =
+                _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(pw + P4K_SC + 32 * c)));
+            const __m512i sc1 =
+                _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(pw + P4K_SC + 32 * c + 16)));
+            UNROLL8
+            for (int t = 0; t < TT; t++)
+                sum[t] = _mm512_add_epi32(
+                    sum[t], _mm512_add_epi32(_mm512_mullo_epi32(lo[t], sc0),
+                                             _mm512_mullo_epi32(hi[t], sc1)));
+        }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pw + P4K_D)));
+        const __m512 dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pw + P4K_D + 32)));
+        UNROLL8
+        for (int t = 0; t < TT; t++) {
+            const uint32_t *S = (const uint32_t *)(xe + (size_t)t * lde) + 4 * sb;
             __m512i ms = _mm512_setzero_si512();
+            UNROLL8
             for (int q = 0; q < 4; q++)
                 ms = _mm512_dpwssd_epi32(ms, _mm512_load_si512(pw + P4K_MN + 64 * q),
-                                         _mm512_set1_epi32((int)S[4 * sb + q]));
-            const __m512 dx = _mm512_set1_ps(x[sb].d);
-            const __m512 d = _mm512_mul_ps(
-                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pw + P4K_D))), dx);
-            const __m512 dm = _mm512_mul_ps(
-                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pw + P4K_D + 32))), dx);
-            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), d, acc);
-            accm = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ms), dm, accm);
+                                         _mm512_set1_epi32((int)S[q]));
+            const __m512 dx =
+                _mm512_set1_ps(((const block_q8_K *)(xq + (size_t)t * ldx))[sb].d);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]), _mm512_mul_ps(dw, dx), acc[t]);
+            accm[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ms), _mm512_mul_ps(dmw, dx), accm[t]);
         }
-        store_panel(y, p * 16, rows, _mm512_sub_ps(acc, accm));
     }
+    UNROLL8
+    for (int t = 0; t < TT; t++)
+        store_panel(y + (size_t)t * ldy, r0, rows, _mm512_sub_ps(acc[t], accm[t]));
 }
 
-static const rp_pack_ops pack_q4_K = {p4k_bytes, p4k_pack, p4k_xbytes, p4k_xprep, p4k_gemv};
+PANEL_GEMM(p4k_gemm, p4k_tile, 4, QK_K, P4K_BYTES)
+
+static const rp_pack_ops pack_q4_K = {p4k_bytes,  p4k_pack,  p4k_unpack,
+                                      p4k_xbytes, p4k_xprep, p4k_gemm};
 
 /* ---- Q6_K (lanes): per panel and super-block (3360 bytes, as the file)
  *   u8  ql[2 h][2 m][8 l][16 rows][4]  bytes 64h+32m+4l.. of each row's ql
@@ -1340,6 +1468,23 @@ static void p6k_pack(int64_t n, int64_t rows, const void *w, size_t ldw, void *d
         }
 }
 
+static void p6k_unpack(int64_t n, const void *packed, int64_t r, int64_t b0, int64_t b1,
+                       void *row) {
+    block_q6_K *x = row;
+    const int rr = (int)(r % 16);
+    for (int64_t sb = b0; sb < b1; sb++, x++) {
+        const uint8_t *o = panel_block(packed, n / QK_K, r, sb, P6K_BYTES);
+        for (int h = 0; h < 2; h++)
+            for (int m = 0; m < 2; m++)
+                for (int l = 0; l < 8; l++)
+                    gather4(x->ql + 64 * h + 32 * m + 4 * l, o, (h * 2 + m) * 8 + l, rr);
+        for (int h = 0; h < 2; h++)
+            for (int l = 0; l < 8; l++) gather4(x->qh + 32 * h + 4 * l, o + P6K_QH, h * 8 + l, rr);
+        for (int g = 0; g < 16; g++) x->scales[g] = (int8_t)o[P6K_SC + g * 16 + rr];
+        memcpy(&x->d, o + P6K_D + 2 * rr, 2);
+    }
+}
+
 /* extras per super-block and (chunk, lane): int16 pair 32*(x0+x1), 32*(x2+x3) */
 static size_t p6k_xbytes(int n) {
     return (size_t)(n / QK_K) * 256;
@@ -1355,70 +1500,81 @@ static void p6k_xprep(int n, const void *xq, void *xe) {
         }
 }
 
-static void p6k_gemv(int n, int64_t rows, const void *packed, int64_t p0, int64_t p1,
-                     const void *xq, const void *xe, float *y) {
-    const int nsb = n / QK_K;
-    const block_q8_K *x = xq;
-    const uint32_t *m32 = xe;
+/* per token and lane: the lane's exact sum over the super-block (values minus
+ * 32 through the precomputed 32 * x, per-16 scales), then
+ * acc[l] = fma(dx * dw, sum, acc[l]) */
+ALWAYS_INLINE void p6k_tile(TILE_PARAMS, const int TT) {
     const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
     /* int16 lane pairs (2r, 2r + 1) <- word r of the low (even) or high (odd) group */
     const __m512i dup_lo = _mm512_set_epi16(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8,
                                             8, 7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
     const __m512i dup_hi = _mm512_add_epi16(dup_lo, _mm512_set1_epi16(16));
     __m512i scp[16]; /* (sc, sc) pairs of the 16 rows, per group */
-    for (int64_t p = p0; p < p1; p++) {
-        const uint8_t *pw = (const uint8_t *)packed + (size_t)(p * nsb) * P6K_BYTES;
-        __m512 acc[8];
+    __m512 acc[6][8];
+    UNROLL8
+    for (int t = 0; t < TT; t++) UNROLL8
+    for (int l = 0; l < 8; l++) acc[t][l] = _mm512_setzero_ps();
+    for (int sb = 0; sb < nb; sb++, pw += P6K_BYTES) {
+        for (int g = 0; g < 16; g += 2) {
+            const __m512i s16 =
+                _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(pw + P6K_SC + g * 16)));
+            scp[g] = _mm512_permutexvar_epi16(dup_lo, s16);
+            scp[g + 1] = _mm512_permutexvar_epi16(dup_hi, s16);
+        }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pw + P6K_D)));
+        __m512 d[6];
         UNROLL8
-        for (int l = 0; l < 8; l++) acc[l] = _mm512_setzero_ps();
-        for (int sb = 0; sb < nsb; sb++, pw += P6K_BYTES) {
-            const int8_t *xs = x[sb].qs;
-            const uint32_t *mx = m32 + 64 * sb;
-            for (int g = 0; g < 16; g += 2) {
-                const __m512i s16 = _mm512_cvtepi8_epi16(
-                    _mm256_loadu_si256((const __m256i *)(pw + P6K_SC + g * 16)));
-                scp[g] = _mm512_permutexvar_epi16(dup_lo, s16);
-                scp[g + 1] = _mm512_permutexvar_epi16(dup_hi, s16);
-            }
-            const __m512 d =
-                _mm512_mul_ps(_mm512_set1_ps(x[sb].d),
-                              _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pw + P6K_D))));
+        for (int t = 0; t < TT; t++)
+            d[t] = _mm512_mul_ps(
+                _mm512_set1_ps(((const block_q8_K *)(xq + (size_t)t * ldx))[sb].d), dw);
+        UNROLL8
+        for (int l = 0; l < 8; l++) {
+            __m512i sum[6];
             UNROLL8
-            for (int l = 0; l < 8; l++) {
-                __m512i sum = _mm512_setzero_si512();
+            for (int t = 0; t < TT; t++) sum[t] = _mm512_setzero_si512();
+            UNROLL8
+            for (int h = 0; h < 2; h++) {
+                const __m512i qh = _mm512_loadu_si512(pw + P6K_QH + (size_t)(h * 8 + l) * 64);
+                const __m512i w0 = _mm512_loadu_si512(pw + (size_t)((h * 2 + 0) * 8 + l) * 64);
+                const __m512i w1 = _mm512_loadu_si512(pw + (size_t)((h * 2 + 1) * 8 + l) * 64);
+                __m512i q[4];
+                /* (low or high nibble) | (2 bits of qh) << 4, as m30 ? b : c */
+                q[0] = _mm512_ternarylogic_epi32(m30, _mm512_slli_epi16(qh, 4),
+                                                 _mm512_and_si512(w0, m4), 0xCA);
+                q[1] = _mm512_ternarylogic_epi32(m30, _mm512_slli_epi16(qh, 2),
+                                                 _mm512_and_si512(w1, m4), 0xCA);
+                q[2] = _mm512_ternarylogic_epi32(
+                    m30, qh, _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4), 0xCA);
+                q[3] = _mm512_ternarylogic_epi32(m30, _mm512_srli_epi16(qh, 2),
+                                                 _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4),
+                                                 0xCA);
                 UNROLL8
-                for (int h = 0; h < 2; h++) {
-                    const __m512i qh = _mm512_loadu_si512(pw + P6K_QH + (size_t)(h * 8 + l) * 64);
-                    const __m512i w0 = _mm512_loadu_si512(pw + (size_t)((h * 2 + 0) * 8 + l) * 64);
-                    const __m512i w1 = _mm512_loadu_si512(pw + (size_t)((h * 2 + 1) * 8 + l) * 64);
-                    __m512i q[4];
-                    /* (low or high nibble) | (2 bits of qh) << 4, as m30 ? b : c */
-                    q[0] = _mm512_ternarylogic_epi32(m30, _mm512_slli_epi16(qh, 4),
-                                                     _mm512_and_si512(w0, m4), 0xCA);
-                    q[1] = _mm512_ternarylogic_epi32(m30, _mm512_slli_epi16(qh, 2),
-                                                     _mm512_and_si512(w1, m4), 0xCA);
-                    q[2] = _mm512_ternarylogic_epi32(
-                        m30, qh, _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4), 0xCA);
-                    q[3] = _mm512_ternarylogic_epi32(m30, _mm512_srli_epi16(qh, 2),
-                                                     _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4),
-                                                     0xCA);
+                for (int t = 0; t < TT; t++) {
+                    const int8_t *xs = ((const block_q8_K *)(xq + (size_t)t * ldx))[sb].qs;
+                    const uint32_t *mx = (const uint32_t *)(xe + (size_t)t * lde) + 64 * sb;
                     UNROLL8
                     for (int k = 0; k < 4; k++) {
                         const int c = 4 * h + k;
                         const __m512i pr = _mm512_sub_epi16(
                             _mm512_maddubs_epi16(q[k], bcast32(xs + 32 * c + 4 * l)),
                             _mm512_set1_epi32((int)mx[8 * c + l]));
-                        sum = _mm512_dpwssd_epi32(sum, pr, scp[8 * h + 2 * k + (l >= 4)]);
+                        sum[t] = _mm512_dpwssd_epi32(sum[t], pr, scp[8 * h + 2 * k + (l >= 4)]);
                     }
                 }
-                acc[l] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sum), acc[l]);
             }
+            UNROLL8
+            for (int t = 0; t < TT; t++)
+                acc[t][l] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(sum[t]), acc[t][l]);
         }
-        store_panel(y, p * 16, rows, reduce8(acc));
     }
+    UNROLL8
+    for (int t = 0; t < TT; t++) store_panel(y + (size_t)t * ldy, r0, rows, reduce8(acc[t]));
 }
 
-static const rp_pack_ops pack_q6_K = {p6k_bytes, p6k_pack, p6k_xbytes, p6k_xprep, p6k_gemv};
+PANEL_GEMM(p6k_gemm, p6k_tile, 4, QK_K, P6K_BYTES)
+
+static const rp_pack_ops pack_q6_K = {p6k_bytes,  p6k_pack,  p6k_unpack,
+                                      p6k_xbytes, p6k_xprep, p6k_gemm};
 
 /* ============================================================================
  * Attention's float helpers with the AVX2 arithmetic: its 8-lane accumulators
@@ -1483,6 +1639,187 @@ static void axpy_f16_avx512(int n, float a, const uint16_t *x, float *y) {
                                          _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))),
                                          _mm256_loadu_ps(y + i)));
     for (; i < n; i++) y[i] += a * f16(x[i]);
+}
+
+/* ============================================================================
+ * Attention over a split of keys (rp_attn_split): scores for a tile of 16 keys
+ * at once per query (16 dot-product accumulators reduced together), masked to
+ * -inf where the query does not see the key; exp(score - max) by a vectorized
+ * exponential; the weighted sum of V rows in chunks of 32 outputs for every
+ * query of the call, so a K or V row is converted from F16 once for all of
+ * them. Each query's arithmetic is independent of the others: key tiles and
+ * lanes follow absolute positions.
+ * ========================================================================== */
+
+/* e^x for x <= 0 (x below -87 gives 0 or a subnormal): x = n ln2 + r, |r| <=
+ * ln2 / 2, e^r by its Taylor polynomial of degree 7 (relative error < 1e-8
+ * before rounding), scaled by 2^n */
+static inline __m512 exp_neg512(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860682030941723e-6f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* lane j of the result = the sum of the 16 lanes of a[j] (the same tree for
+ * every j) */
+static inline __m512 hsum16x16(const __m512 *a) {
+    __m512 s[8], u[4], w[2];
+    for (int i = 0; i < 8; i++)
+        s[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
+                             _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+    for (int i = 0; i < 4; i++) {
+        const __m512d x = _mm512_castps_pd(s[2 * i]), y = _mm512_castps_pd(s[2 * i + 1]);
+        u[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    }
+    for (int i = 0; i < 2; i++)
+        w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], 0xDD));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], 0x88),
+                         _mm512_shuffle_f32x4(w[0], w[1], 0xDD));
+}
+
+static inline __mmask16 tail16(int n) {
+    return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n > 0 ? n : 0)) - 1);
+}
+
+/* 16 elements of a row (F32 or F16) from element i, those past n zero */
+static inline __m512 row16(const void *row, bool f16row, int i, int n) {
+    const __mmask16 m = tail16(n - i);
+    if (f16row) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + i));
+    return _mm512_maskz_loadu_ps(m, (const float *)row + i);
+}
+
+/* o[q] = sum over visible keys of p[q][key] * v[key], in chunks of 32 outputs */
+ALWAYS_INLINE void attn_pv(const rp_attn_split *a, const float (*p)[RP_ATTN_SPLIT], int base,
+                           int kb, int ke, float *o, size_t ldo, const int NQ) {
+    const bool vf16 = a->type_v == RP_TYPE_F16;
+    const size_t vrow = (size_t)a->dv * (vf16 ? 2 : 4);
+    for (int c = 0; c < a->dv; c += 32) {
+        __m512 o0[RP_ATTN_MAXQ], o1[RP_ATTN_MAXQ];
+        UNROLL8
+        for (int q = 0; q < NQ; q++) o0[q] = o1[q] = _mm512_setzero_ps();
+        for (int pos = kb; pos < ke; pos++) {
+            const void *v = (const uint8_t *)a->v + (size_t)(pos % a->cap) * vrow;
+            const __m512 v0 = row16(v, vf16, c, a->dv), v1 = row16(v, vf16, c + 16, a->dv);
+            UNROLL8
+            for (int q = 0; q < NQ; q++)
+                if (pos >= a->beg[q] && pos < a->end[q]) {
+                    const __m512 w = _mm512_set1_ps(p[q][pos - base]);
+                    o0[q] = _mm512_fmadd_ps(w, v0, o0[q]);
+                    o1[q] = _mm512_fmadd_ps(w, v1, o1[q]);
+                }
+        }
+        UNROLL8
+        for (int q = 0; q < NQ; q++) {
+            _mm512_mask_storeu_ps(o + (size_t)q * ldo + c, tail16(a->dv - c), o0[q]);
+            _mm512_mask_storeu_ps(o + (size_t)q * ldo + c + 16, tail16(a->dv - c - 16), o1[q]);
+        }
+    }
+}
+
+static void attn_split_avx512(const rp_attn_split *a, float *m_out, float *l_out, float *o,
+                              size_t ldo) {
+    const int nq = a->nq, dk = a->dk, dkp = (a->dk + 15) & ~15;
+    int kb = a->k1, ke = a->k0;
+    for (int q = 0; q < nq; q++)
+        if (a->beg[q] < a->end[q]) {
+            kb = a->beg[q] < kb ? a->beg[q] : kb;
+            ke = a->end[q] > ke ? a->end[q] : ke;
+        }
+    if (kb >= ke) {
+        for (int q = 0; q < nq; q++) {
+            m_out[q] = -INFINITY;
+            l_out[q] = 0;
+            memset(o + (size_t)q * ldo, 0, (size_t)a->dv * sizeof(float));
+        }
+        return;
+    }
+    const int base = kb & ~15;
+    _Alignas(64) float qp[RP_ATTN_MAXQ][RP_ATTN_MAXD];
+    _Alignas(64) float kt[16][RP_ATTN_MAXD];
+    _Alignas(64) float sc[RP_ATTN_MAXQ][RP_ATTN_SPLIT];
+    for (int q = 0; q < nq; q++)
+        for (int d = 0; d < dkp; d += 16) _mm512_store_ps(qp[q] + d, row16(a->q[q], false, d, dk));
+    const bool kf16 = a->type_k == RP_TYPE_F16;
+    const size_t krow = (size_t)dk * (kf16 ? 2 : 4);
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512 ninf = _mm512_set1_ps(-INFINITY), scale = _mm512_set1_ps(a->scale);
+    __m512 mx[RP_ATTN_MAXQ];
+    for (int q = 0; q < nq; q++) mx[q] = ninf;
+    /* scores, masked, and their maximum per query */
+    for (int t0 = base; t0 < ke; t0 += 16) {
+        for (int j = 0; j < 16; j++) {
+            const int pos = t0 + j;
+            if (pos < kb || pos >= ke) {
+                memset(kt[j], 0, (size_t)dkp * sizeof(float));
+                continue;
+            }
+            const void *k = (const uint8_t *)a->k + (size_t)(pos % a->cap) * krow;
+            for (int d = 0; d < dkp; d += 16) _mm512_store_ps(kt[j] + d, row16(k, kf16, d, dk));
+        }
+        const __m512i posv = _mm512_add_epi32(_mm512_set1_epi32(t0), iota);
+        for (int q = 0; q < nq; q++) {
+            __m512 acc[16];
+            for (int j = 0; j < 16; j++) acc[j] = _mm512_setzero_ps();
+            for (int d = 0; d < dkp; d += 16) {
+                const __m512 qv = _mm512_load_ps(qp[q] + d);
+                UNROLL8
+                for (int j = 0; j < 16; j++)
+                    acc[j] = _mm512_fmadd_ps(qv, _mm512_load_ps(kt[j] + d), acc[j]);
+            }
+            __m512 s = _mm512_mul_ps(hsum16x16(acc), scale);
+            if (a->softcap > 0) {
+                _Alignas(64) float tmp[16];
+                _mm512_store_ps(tmp, s);
+                for (int j = 0; j < 16; j++) tmp[j] = a->softcap * tanhf(tmp[j] / a->softcap);
+                s = _mm512_load_ps(tmp);
+            }
+            const __mmask16 vis = _mm512_cmpge_epi32_mask(posv, _mm512_set1_epi32(a->beg[q])) &
+                                  _mm512_cmplt_epi32_mask(posv, _mm512_set1_epi32(a->end[q]));
+            s = _mm512_mask_blend_ps(vis, ninf, s);
+            _mm512_store_ps(sc[q] + (t0 - base), s);
+            mx[q] = _mm512_max_ps(mx[q], s);
+        }
+    }
+    /* exp(score - max), their sum */
+    for (int q = 0; q < nq; q++) {
+        const float m = _mm512_reduce_max_ps(mx[q]);
+        m_out[q] = m;
+        __m512 lv = _mm512_setzero_ps();
+        if (m != -INFINITY)
+            for (int t0 = base; t0 < ke; t0 += 16) {
+                const __m512 s = _mm512_load_ps(sc[q] + (t0 - base));
+                const __mmask16 live = _mm512_cmp_ps_mask(s, ninf, _CMP_NEQ_UQ);
+                const __m512 p = _mm512_maskz_mov_ps(live, exp_neg512(_mm512_sub_ps(s, _mm512_set1_ps(m))));
+                _mm512_store_ps(sc[q] + (t0 - base), p);
+                lv = _mm512_add_ps(lv, p);
+            }
+        l_out[q] = _mm512_reduce_add_ps(lv);
+    }
+    /* the weighted V rows */
+    const float (*p)[RP_ATTN_SPLIT] = (const float (*)[RP_ATTN_SPLIT])sc;
+    switch (nq) {
+    case 1: attn_pv(a, p, base, kb, ke, o, ldo, 1); break;
+    case 2: attn_pv(a, p, base, kb, ke, o, ldo, 2); break;
+    case 3: attn_pv(a, p, base, kb, ke, o, ldo, 3); break;
+    case 4: attn_pv(a, p, base, kb, ke, o, ldo, 4); break;
+    case 5: attn_pv(a, p, base, kb, ke, o, ldo, 5); break;
+    case 6: attn_pv(a, p, base, kb, ke, o, ldo, 6); break;
+    case 7: attn_pv(a, p, base, kb, ke, o, ldo, 7); break;
+    default: attn_pv(a, p, base, kb, ke, o, ldo, 8); break;
+    }
 }
 
 /* ============================================================================
@@ -1596,4 +1933,5 @@ void rp_kernels_fill_avx512(rp_kernels *k) {
     k->pack[RP_TYPE_Q6_K] = &pack_q6_K;
     k->pack[RP_TYPE_Q4_0] = &pack_q4_0;
     k->pack[RP_TYPE_IQ4_NL] = &pack_iq4_nl;
+    k->attn_split = attn_split_avx512;
 }

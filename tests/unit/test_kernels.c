@@ -181,26 +181,51 @@ static void check_type(rp_isa isa, int type, int n) {
                   rp_isa_name(isa), t->name, n, tk, bad);
         }
     }
-    /* weights packed in row panels: gemv over every panel (the last one partial) */
+    /* weights packed in row panels: every row unpacks to its bytes; products
+     * of 1..toks tokens over every panel (the last one partial), the panels
+     * in two calls, equal vec_dot */
     if (K->pack[type]) {
         const rp_pack_ops *po = K->pack[type];
         uint8_t *pk = rp_alloc_aligned(po->bytes(n, rows), "test"),
-                *xe = rp_alloc_aligned(po->xbytes(n) + 64, "test");
-        REQUIRE(pk && xe, "alloc");
+                *xe = rp_alloc_aligned(((po->xbytes(n) + 63) & ~(size_t)63) * toks, "test"),
+                *row = malloc(rb);
+        REQUIRE(pk && xe && row, "alloc");
         po->pack(n, rows, w, rb, pk);
-        float g[40];
-        for (int tk = 0; tk < 4; tk++) {
-            po->xprep(n, xq + (size_t)tk * xb, xe);
-            for (int r = 0; r < 40; r++) g[r] = NAN;
-            po->gemv(n, rows, pk, 0, 1, xq + (size_t)tk * xb, xe, g);
-            po->gemv(n, rows, pk, 1, (rows + RP_PANEL - 1) / RP_PANEL, xq + (size_t)tk * xb, xe, g);
-            bad = 0;
-            for (int r = 0; r < rows; r++)
-                bad += !same_float(g[r], y[(size_t)tk * rows + (size_t)r], true, 0);
-            for (int r = rows; r < 40; r++) bad += !isnan(g[r]); /* nothing past the last row */
-            CHECK(!bad, "%s %s n=%d token %d: packed gemv differs from vec_dot at %d rows",
-                  rp_isa_name(isa), t->name, n, tk, bad);
+        const int64_t nblk = n / t->blck_size;
+        bad = 0;
+        for (int r = 0; r < rows; r++) {
+            memset(row, 0xA5, rb);
+            po->unpack(n, pk, r, 0, nblk, row);
+            bad += memcmp(row, w + (size_t)r * rb, rb) != 0;
+            if (nblk > 1) { /* a block range lands at the start of the buffer */
+                po->unpack(n, pk, r, 1, nblk, row);
+                bad += memcmp(row, w + (size_t)r * rb + t->type_size, rb - t->type_size) != 0;
+            }
         }
+        CHECK(!bad, "%s %s n=%d: %d packed rows do not unpack to their bytes", rp_isa_name(isa),
+              t->name, n, bad);
+        const size_t les = (po->xbytes(n) + 63) & ~(size_t)63;
+        for (int tk = 0; tk < toks; tk++) po->xprep(n, xq + (size_t)tk * xb, xe + (size_t)tk * les);
+        float *g = malloc((size_t)(rows + 3) * toks * sizeof(float));
+        REQUIRE(g, "alloc");
+        const size_t ldy = (size_t)rows + 3;
+        for (int nt = 1; nt <= toks; nt += nt < 9 ? 1 : 13) {
+            for (size_t i = 0; i < ldy * toks; i++) g[i] = NAN;
+            po->gemm(n, rows, pk, 0, 1, nt, xq, xb, xe, les, g, ldy);
+            po->gemm(n, rows, pk, 1, (rows + RP_PANEL - 1) / RP_PANEL, nt, xq, xb, xe, les, g, ldy);
+            bad = 0;
+            for (int tk = 0; tk < nt; tk++) {
+                for (int r = 0; r < rows; r++)
+                    bad += !same_float(g[(size_t)tk * ldy + (size_t)r],
+                                       y[(size_t)tk * rows + (size_t)r], true, 0);
+                for (int r = rows; r < rows + 3; r++) /* nothing past the last row */
+                    bad += !isnan(g[(size_t)tk * ldy + (size_t)r]);
+            }
+            CHECK(!bad, "%s %s n=%d, %d tokens: packed product differs from vec_dot at %d outputs",
+                  rp_isa_name(isa), t->name, n, nt, bad);
+        }
+        free(g);
+        free(row);
         rp_free_aligned(pk);
         rp_free_aligned(xe);
     }
