@@ -4,6 +4,7 @@
  * architecture is lives in src/convert_<name>.c. */
 #include "convert.h"
 #include "json_util.h"
+#include "planfile.h"
 #include "quant.h"
 #include "types.h"
 #include "util.h"
@@ -827,7 +828,9 @@ static rp_status plan(rp_conv *cv) {
                    o->name, o->ne[0], QK8_0);
         if ((s = rp_gguf_w_add_tensor(cv->w, o->name, o->type, o->n_dims, o->ne, NULL))) return s;
     }
-    return RP_OK;
+    /* the weights' identity for plan files, computed as they are written
+     * (its keys are here already, so a dry run's size counts them) */
+    return rp_content_hash_stamp(cv->w);
 }
 
 rp_status rp_conv_open(const rp_convert_params *p, rp_conv **out) {

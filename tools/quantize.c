@@ -4,6 +4,7 @@
  * llama.cpp's. Tensors are converted one at a time at write time, rows spread
  * over the threads; the output is written to a temporary file and renamed. */
 #include "gguf.h"
+#include "planfile.h"
 #include "threads.h"
 #include "tools.h"
 #include "types.h"
@@ -432,6 +433,9 @@ int cmd_quantize(int argc, char **argv) {
         const rp_gguf_tensor *t = plan[i].src;
         s = rp_gguf_w_add_tensor(w, t->name, plan[i].type, t->n_dims, t->ne, NULL);
     }
+    /* the quantized weights' own identity (a stamp copied from the input
+     * would name the input's weights) */
+    if (!s) s = rp_content_hash_stamp(w);
     const int nth = threads > 0 ? threads : rp_n_physical_cores();
     conv c = {.plan = plan, .pool = s ? NULL : rp_pool_new(nth), .total_bytes = bytes_in};
     progress pr;

@@ -6,6 +6,9 @@ F=tests/fixtures/hf
 "$BIN" convert "$F/qwen3" -o "$T/q.gguf" --outtype f32 > "$T/out" 2> "$T/err"
 [ $? -eq 0 ] && [ -s "$T/q.gguf" ] && grep -q "wrote $T/q.gguf" "$T/err" && ok convert_writes || fail convert_writes "$(head -c 300 "$T/err")"
 ls "$T" | grep -q '\.tmp\.' && fail convert_no_temp "temporary file left" || ok convert_no_temp
+"$BIN" plan hash "$T/q.gguf" > "$T/h1" && h=$("$BIN" plan hash --recompute "$T/q.gguf") \
+    && grep -q "(metadata)" "$T/h1" && [ "$(cut -d' ' -f1 "$T/h1")" = "${h%% *}" ] \
+    && ok convert_content_hash_stamped || fail convert_content_hash_stamped "$(cat "$T/h1") / $h"
 "$BIN" inspect "$T/q.gguf" > "$T/inspect.txt" 2>&1 && grep -q "blk.1.attn_q_norm.weight" "$T/inspect.txt" \
     && grep -q "qwen3.attention.key_length" "$T/inspect.txt" && ok convert_inspect || fail convert_inspect "$(head -c 300 "$T/inspect.txt")"
 toks=$(tr ' ' ',' < "$F/qwen3/ref/tokens.txt" | tr -d '\n')

@@ -98,6 +98,11 @@ expect_error missing_plan_file "cannot open plan file" "$BIN" run -m "$M" --plan
 "$BIN" plan hash "$T/q6m.gguf" > "$T/h2" && h=$("$BIN" plan hash --recompute "$T/q6m.gguf") \
     && grep -q "(metadata)" "$T/h2" && [ "$(cut -d' ' -f1 "$T/h2")" = "${h%% *}" ] \
     && [ "$(cut -d' ' -f1 "$T/h1")" != "${h%% *}" ] && ok hash_merge_stamped || fail hash_merge_stamped "$(cat "$T/h2") / $h"
+# quantize stamps the new weights' hash (not the stamp of the input it copies)
+"$BIN" quantize "$T/q6.gguf" "$T/q6q8.gguf" Q8_0 > /dev/null 2>&1
+"$BIN" plan hash "$T/q6q8.gguf" > "$T/h2q" && h=$("$BIN" plan hash --recompute "$T/q6q8.gguf") \
+    && grep -q "(metadata)" "$T/h2q" && [ "$(cut -d' ' -f1 "$T/h2q")" = "${h%% *}" ] \
+    && [ "$(cut -d' ' -f1 "$T/h1")" != "${h%% *}" ] && ok hash_quantize_stamped || fail hash_quantize_stamped "$(cat "$T/h2q") / $h"
 cp "$M" "$T/copy.gguf"
 "$BIN" plan hash "$T/copy.gguf" > "$T/h3" && "$BIN" plan hash "$T/copy.gguf" > "$T/h4" \
     && grep -q "(computed, cached in $T/copy.gguf.rphash)" "$T/h3" && grep -q "(cache)" "$T/h4" \
