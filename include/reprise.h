@@ -123,10 +123,10 @@ rp_model_params rp_model_default_params(void);
 rp_status rp_model_load(const char *path, const rp_model_params *params, rp_model **out);
 void rp_model_free(rp_model *model);
 
-const char *rp_model_arch(const rp_model *model);   /* "llama", "qwen3", ... */
-const char *rp_model_name(const rp_model *model);   /* general.name or file name */
-int rp_model_n_layer(const rp_model *model);        /* trunk layers a plan may use */
-int rp_model_n_layer_total(const rp_model *model);  /* incl. NextN/MTP head layers */
+const char *rp_model_arch(const rp_model *model);  /* "llama", "qwen3", ... */
+const char *rp_model_name(const rp_model *model);  /* general.name or file name */
+int rp_model_n_layer(const rp_model *model);       /* trunk layers a plan may use */
+int rp_model_n_layer_total(const rp_model *model); /* incl. NextN/MTP head layers */
 int rp_model_n_embd(const rp_model *model);
 int rp_model_n_ctx_train(const rp_model *model);
 uint64_t rp_model_n_params(const rp_model *model);
@@ -163,8 +163,7 @@ rp_context_params rp_context_default_params(void);
 
 /* Builds the plan (validated before anything is allocated), the KV/recurrent
  * state and the thread pool. The model must outlive the context. */
-rp_status rp_context_new(const rp_model *model, const rp_context_params *params,
-                         rp_context **out);
+rp_status rp_context_new(const rp_model *model, const rp_context_params *params, rp_context **out);
 void rp_context_free(rp_context *ctx);
 
 const rp_model *rp_context_model(const rp_context *ctx);
@@ -252,8 +251,8 @@ rp_status rp_tokenize(const rp_vocab *vocab, const char *text, size_t len, bool 
  * (SPM) need the space handling of its neighbour; feed tokens in order. */
 int rp_token_to_piece(const rp_vocab *vocab, int32_t token, bool special, char *buf, size_t size);
 /* Whole sequence to text; returns the length needed (like snprintf). */
-int rp_detokenize(const rp_vocab *vocab, const int32_t *tokens, size_t n, bool special,
-                  char *buf, size_t size);
+int rp_detokenize(const rp_vocab *vocab, const int32_t *tokens, size_t n, bool special, char *buf,
+                  size_t size);
 
 /* ---- sampling ------------------------------------------------------------ */
 

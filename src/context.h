@@ -12,14 +12,14 @@
 /* A micro-batch: at most n_ubatch tokens computed together. */
 typedef struct rp_ubatch {
     int n_tok;
-    const int32_t *token;  /* [n_tok] (NULL when embd is given) */
-    const float *embd;     /* [n_tok][n_embd] input embeddings instead of tokens, or NULL */
-    const int32_t *pos;    /* [n_tok] */
-    const int32_t *seq;    /* [n_tok] */
-    int n_out;             /* rows that want output */
+    const int32_t *token;    /* [n_tok] (NULL when embd is given) */
+    const float *embd;       /* [n_tok][n_embd] input embeddings instead of tokens, or NULL */
+    const int32_t *pos;      /* [n_tok] */
+    const int32_t *seq;      /* [n_tok] */
+    int n_out;               /* rows that want output */
     const int32_t *out_rows; /* [n_out] ascending row indices */
-    float *logits;         /* [n_out][n_vocab] destination */
-    float *hidden;         /* [n_out][n_embd] destination of the final hidden state, or NULL */
+    float *logits;           /* [n_out][n_vocab] destination */
+    float *hidden;           /* [n_out][n_embd] destination of the final hidden state, or NULL */
     /* Plan steps run: [step_begin, step_end) (both 0: every step; see
      * rp_decode_steps). step_begin > 0 starts from x_in instead of the
      * embeddings; step_end < n_eff stops there, writes the residual stream to
@@ -39,9 +39,9 @@ struct rp_context {
     int n_threads;
     int n_ctx, n_seq, n_ubatch;
     /* outputs of the last decode */
-    float *logits;          /* [n_outputs][n_vocab] */
-    float *hidden;          /* [n_outputs][n_embd] (keep_hidden) */
-    int32_t *out_index;     /* [n_batch_last] row -> output index or -1 */
+    float *logits;      /* [n_outputs][n_vocab] */
+    float *hidden;      /* [n_outputs][n_embd] (keep_hidden) */
+    int32_t *out_index; /* [n_batch_last] row -> output index or -1 */
     size_t out_cap, index_cap;
     int n_batch_last;
     /* attention scratch: per thread */

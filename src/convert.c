@@ -785,7 +785,8 @@ static rp_status plan(rp_conv *cv) {
         return rp_fail(RP_ERR_INVALID_ARG,
                        "output type %s is not one reprise convert writes (f32, f16, bf16, q8_0)",
                        rp_type_name(cv->outtype) ? rp_type_name(cv->outtype) : "?");
-    if ((s = rp_gguf_w_set_u32(cv->w, "general.file_type", (uint32_t)rp_type_ftype(cv->outtype)))) return s;
+    if ((s = rp_gguf_w_set_u32(cv->w, "general.file_type", (uint32_t)rp_type_ftype(cv->outtype))))
+        return s;
     if ((s = rp_gguf_w_set_u32(cv->w, "general.quantization_version", GGML_QUANT_VERSION)))
         return s;
 

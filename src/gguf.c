@@ -224,8 +224,9 @@ static rp_status read_array(cursor *c, rp_gguf_val *v, int depth) {
         uint64_t bytes;
         if (!rp_mul_u64(n, es, &bytes) || bytes > left) {
             c->pos = at + 4;
-            return cur_fail(c, "array of %" PRIu64 " %s elements does not fit in the %" PRIu64
-                               " bytes left in the file",
+            return cur_fail(c,
+                            "array of %" PRIu64 " %s elements does not fit in the %" PRIu64
+                            " bytes left in the file",
                             n, rp_gguf_type_name((int)et), left);
         }
         v->arr.raw = c->g->base + c->pos;
@@ -245,8 +246,9 @@ static rp_status read_array(cursor *c, rp_gguf_val *v, int depth) {
     uint64_t min_elem = et == RP_GGUF_STRING ? 8 : 12;
     if (n > left / min_elem) {
         c->pos = at + 4;
-        return cur_fail(c, "array of %" PRIu64 " %s elements cannot fit in the %" PRIu64
-                           " bytes left in the file",
+        return cur_fail(c,
+                        "array of %" PRIu64 " %s elements cannot fit in the %" PRIu64
+                        " bytes left in the file",
                         n, rp_gguf_type_name((int)et), left);
     }
     rp_gguf_val *elems = arena_alloc(&c->g->arena, (size_t)(n ? n : 1) * sizeof *elems);
@@ -271,10 +273,18 @@ static rp_status read_value(cursor *c, uint32_t type, rp_gguf_val *v, int depth)
     if (s) return s;
     uint64_t raw = rd_le(c->g->base + c->pos, (int)sz);
     switch (type) {
-    case RP_GGUF_INT8: v->i = (int8_t)raw; break;
-    case RP_GGUF_INT16: v->i = (int16_t)raw; break;
-    case RP_GGUF_INT32: v->i = (int32_t)raw; break;
-    case RP_GGUF_INT64: v->i = (int64_t)raw; break;
+    case RP_GGUF_INT8:
+        v->i = (int8_t)raw;
+        break;
+    case RP_GGUF_INT16:
+        v->i = (int16_t)raw;
+        break;
+    case RP_GGUF_INT32:
+        v->i = (int32_t)raw;
+        break;
+    case RP_GGUF_INT64:
+        v->i = (int64_t)raw;
+        break;
     case RP_GGUF_FLOAT32: {
         union {
             uint32_t u;
@@ -295,7 +305,9 @@ static rp_status read_value(cursor *c, uint32_t type, rp_gguf_val *v, int depth)
         if (raw > 1) return cur_fail(c, "bool value %u is not 0 or 1", (unsigned)raw);
         v->u = raw;
         break;
-    default: v->u = raw; break;
+    default:
+        v->u = raw;
+        break;
     }
     c->pos += sz;
     return RP_OK;
@@ -448,7 +460,8 @@ static rp_status parse(rp_gguf *g) {
         if ((s = cur_u64(&c, &t->offset, "data offset"))) return s;
         if (t->offset % g->alignment) {
             c.pos = at;
-            return cur_fail(&c, "data offset %" PRIu64 " is not a multiple of the alignment %" PRIu64,
+            return cur_fail(&c,
+                            "data offset %" PRIu64 " is not a multiple of the alignment %" PRIu64,
                             t->offset, g->alignment);
         }
         int64_t dup = index_put(&g->tensor_index, t->name, i, tensor_name_of, g);
@@ -567,13 +580,27 @@ void rp_gguf_release_header(const rp_gguf *g) {
     if (g && g->mapped) rp_gguf_release(g, g->base, g->data_offset);
 }
 
-uint32_t rp_gguf_version(const rp_gguf *g) { return g->version; }
-uint64_t rp_gguf_file_size(const rp_gguf *g) { return g->size; }
-uint64_t rp_gguf_alignment(const rp_gguf *g) { return g->alignment; }
-uint64_t rp_gguf_data_offset(const rp_gguf *g) { return g->data_offset; }
-const char *rp_gguf_path(const rp_gguf *g) { return g->path; }
-uint64_t rp_gguf_n_kv(const rp_gguf *g) { return g->n_kv; }
-uint64_t rp_gguf_n_tensors(const rp_gguf *g) { return g->n_tensors; }
+uint32_t rp_gguf_version(const rp_gguf *g) {
+    return g->version;
+}
+uint64_t rp_gguf_file_size(const rp_gguf *g) {
+    return g->size;
+}
+uint64_t rp_gguf_alignment(const rp_gguf *g) {
+    return g->alignment;
+}
+uint64_t rp_gguf_data_offset(const rp_gguf *g) {
+    return g->data_offset;
+}
+const char *rp_gguf_path(const rp_gguf *g) {
+    return g->path;
+}
+uint64_t rp_gguf_n_kv(const rp_gguf *g) {
+    return g->n_kv;
+}
+uint64_t rp_gguf_n_tensors(const rp_gguf *g) {
+    return g->n_tensors;
+}
 
 const rp_gguf_kv *rp_gguf_kv_at(const rp_gguf *g, uint64_t i) {
     return i < g->n_kv ? &g->kvs[i] : NULL;
@@ -597,7 +624,8 @@ const rp_gguf_tensor *rp_gguf_find_tensor(const rp_gguf *g, const char *name) {
 
 static rp_status wrong_type(const rp_gguf *g, const char *key, const rp_gguf_val *v,
                             const char *want) {
-    return rp_fail(RP_ERR_FORMAT, "%s: key '%s' at byte offset %" PRIu64 " has type %s, expected %s",
+    return rp_fail(RP_ERR_FORMAT,
+                   "%s: key '%s' at byte offset %" PRIu64 " has type %s, expected %s",
                    g->path[0] ? g->path : "GGUF buffer", key, v->offset,
                    rp_gguf_type_name((int)v->type), want);
 }
@@ -607,7 +635,9 @@ static bool val_as_i64(const rp_gguf_val *v, int64_t *out) {
     case RP_GGUF_INT8:
     case RP_GGUF_INT16:
     case RP_GGUF_INT32:
-    case RP_GGUF_INT64: *out = v->i; return true;
+    case RP_GGUF_INT64:
+        *out = v->i;
+        return true;
     case RP_GGUF_UINT8:
     case RP_GGUF_UINT16:
     case RP_GGUF_UINT32:
@@ -615,7 +645,8 @@ static bool val_as_i64(const rp_gguf_val *v, int64_t *out) {
         if (v->u > (uint64_t)INT64_MAX) return false;
         *out = (int64_t)v->u;
         return true;
-    default: return false;
+    default:
+        return false;
     }
 }
 
@@ -684,8 +715,7 @@ rp_status rp_gguf_get_str(const rp_gguf *g, const char *key, const char **out, b
     return RP_OK;
 }
 
-rp_status rp_gguf_get_arr(const rp_gguf *g, const char *key, const rp_gguf_val **out,
-                          bool *found) {
+rp_status rp_gguf_get_arr(const rp_gguf *g, const char *key, const rp_gguf_val **out, bool *found) {
     const rp_gguf_val *v = rp_gguf_get(g, key);
     if (found) *found = v != NULL;
     *out = NULL;
@@ -699,17 +729,26 @@ int64_t rp_gguf_arr_i64(const rp_gguf_val *arr, uint64_t i) {
     const uint8_t *p = arr->arr.raw + i * rp_gguf_type_size((int)arr->arr.type);
     switch (arr->arr.type) {
     case RP_GGUF_UINT8:
-    case RP_GGUF_BOOL: return p[0];
-    case RP_GGUF_INT8: return (int8_t)p[0];
-    case RP_GGUF_UINT16: return (uint16_t)rd_le(p, 2);
-    case RP_GGUF_INT16: return (int16_t)rd_le(p, 2);
-    case RP_GGUF_UINT32: return (uint32_t)rd_le(p, 4);
-    case RP_GGUF_INT32: return (int32_t)rd_le(p, 4);
+    case RP_GGUF_BOOL:
+        return p[0];
+    case RP_GGUF_INT8:
+        return (int8_t)p[0];
+    case RP_GGUF_UINT16:
+        return (uint16_t)rd_le(p, 2);
+    case RP_GGUF_INT16:
+        return (int16_t)rd_le(p, 2);
+    case RP_GGUF_UINT32:
+        return (uint32_t)rd_le(p, 4);
+    case RP_GGUF_INT32:
+        return (int32_t)rd_le(p, 4);
     case RP_GGUF_UINT64:
-    case RP_GGUF_INT64: return (int64_t)rd_le(p, 8);
+    case RP_GGUF_INT64:
+        return (int64_t)rd_le(p, 8);
     case RP_GGUF_FLOAT32:
-    case RP_GGUF_FLOAT64: return (int64_t)rp_gguf_arr_f64(arr, i);
-    default: return 0;
+    case RP_GGUF_FLOAT64:
+        return (int64_t)rp_gguf_arr_f64(arr, i);
+    default:
+        return 0;
     }
 }
 
@@ -763,7 +802,9 @@ struct rp_gguf_writer {
     rp_gguf_w_late late;
 };
 
-rp_gguf_writer *rp_gguf_writer_new(void) { return rp_calloc(1, sizeof(rp_gguf_writer), "writer"); }
+rp_gguf_writer *rp_gguf_writer_new(void) {
+    return rp_calloc(1, sizeof(rp_gguf_writer), "writer");
+}
 
 void rp_gguf_writer_free(rp_gguf_writer *w) {
     if (!w) return;
@@ -794,7 +835,8 @@ static rp_status copy_val(rp_gguf_writer *w, rp_gguf_val *dst, const rp_gguf_val
             dst->arr.raw = raw;
             dst->arr.elems = NULL;
         } else {
-            rp_gguf_val *e = arena_alloc(&w->arena, (size_t)(src->arr.n ? src->arr.n : 1) * sizeof *e);
+            rp_gguf_val *e =
+                arena_alloc(&w->arena, (size_t)(src->arr.n ? src->arr.n : 1) * sizeof *e);
             if (!e) return RP_ERR_NOMEM;
             for (uint64_t i = 0; i < src->arr.n; i++) {
                 rp_status s = copy_val(w, &e[i], &src->arr.elems[i]);
@@ -874,8 +916,9 @@ rp_status rp_gguf_w_set_str(rp_gguf_writer *w, const char *key, const char *v) {
 rp_status rp_gguf_w_set_arr(rp_gguf_writer *w, const char *key, int elem_type, const void *raw,
                             uint64_t n) {
     if (!rp_gguf_type_size(elem_type))
-        return rp_fail(RP_ERR_INVALID_ARG, "GGUF writer: key '%s': array element type %d is not fixed-size",
-                       key, elem_type);
+        return rp_fail(RP_ERR_INVALID_ARG,
+                       "GGUF writer: key '%s': array element type %d is not fixed-size", key,
+                       elem_type);
     rp_gguf_val val = {.type = RP_GGUF_ARRAY,
                        .arr = {.type = (uint32_t)elem_type, .n = n, .raw = raw}};
     return rp_gguf_w_set(w, key, &val);
@@ -890,8 +933,7 @@ rp_status rp_gguf_w_set_arr_str(rp_gguf_writer *w, const char *key, const char *
         e[i].str.s = strs[i];
         e[i].str.len = strlen(strs[i]);
     }
-    rp_gguf_val val = {.type = RP_GGUF_ARRAY,
-                       .arr = {.type = RP_GGUF_STRING, .n = n, .elems = e}};
+    rp_gguf_val val = {.type = RP_GGUF_ARRAY, .arr = {.type = RP_GGUF_STRING, .n = n, .elems = e}};
     rp_status s = rp_gguf_w_set(w, key, &val);
     free(e);
     return s;
@@ -911,7 +953,8 @@ rp_status rp_gguf_w_add_tensor(rp_gguf_writer *w, const char *name, int type, ui
     if (n_dims < 1 || n_dims > RP_GGUF_MAX_DIMS)
         return rp_fail(RP_ERR_INVALID_ARG, "GGUF writer: tensor '%s': %u dimensions", name, n_dims);
     const rp_type_traits *tt = rp_type_get(type);
-    if (!tt) return rp_fail(RP_ERR_INVALID_ARG, "GGUF writer: tensor '%s': unknown type %d", name, type);
+    if (!tt)
+        return rp_fail(RP_ERR_INVALID_ARG, "GGUF writer: tensor '%s': unknown type %d", name, type);
     for (size_t i = 0; i < w->n_tensors; i++)
         if (strcmp(w->tensors[i].name, name) == 0)
             return rp_fail(RP_ERR_INVALID_ARG, "GGUF writer: duplicate tensor '%s'", name);
@@ -919,7 +962,8 @@ rp_status rp_gguf_w_add_tensor(rp_gguf_writer *w, const char *name, int type, ui
     for (int d = 0; d < RP_GGUF_MAX_DIMS; d++) t.ne[d] = d < (int)n_dims ? ne[d] : 1;
     if (t.ne[0] % tt->blck_size)
         return rp_fail(RP_ERR_INVALID_ARG,
-                       "GGUF writer: tensor '%s': row length %" PRId64 " is not a multiple of %s's block size %d",
+                       "GGUF writer: tensor '%s': row length %" PRId64
+                       " is not a multiple of %s's block size %d",
                        name, t.ne[0], tt->name, tt->blck_size);
     uint64_t nb = rp_row_size(type, t.ne[0]);
     for (int d = 1; d < RP_GGUF_MAX_DIMS; d++)
@@ -970,7 +1014,9 @@ void rp_gguf_w_set_fill(rp_gguf_writer *w, rp_gguf_fill_fn fill, void *user) {
     w->fill_user = user;
 }
 
-uint64_t rp_gguf_w_n_tensors(const rp_gguf_writer *w) { return w->n_tensors; }
+uint64_t rp_gguf_w_n_tensors(const rp_gguf_writer *w) {
+    return w->n_tensors;
+}
 
 bool rp_gguf_w_tensor_info(const rp_gguf_writer *w, uint64_t i, rp_gguf_tensor *out) {
     if (i >= w->n_tensors) return false;
@@ -985,12 +1031,15 @@ bool rp_gguf_w_tensor_info(const rp_gguf_writer *w, uint64_t i, rp_gguf_tensor *
     return true;
 }
 
-void rp_gguf_w_set_pad_empty(rp_gguf_writer *w, bool pad) { w->no_pad_empty = !pad; }
+void rp_gguf_w_set_pad_empty(rp_gguf_writer *w, bool pad) {
+    w->no_pad_empty = !pad;
+}
 
 static uint64_t writer_alignment(const rp_gguf_writer *w) {
     for (size_t i = 0; i < w->n_kv; i++)
-        if (strcmp(w->kvs[i].key, "general.alignment") == 0 && w->kvs[i].val.type == RP_GGUF_UINT32 &&
-            w->kvs[i].val.u && !(w->kvs[i].val.u & (w->kvs[i].val.u - 1)))
+        if (strcmp(w->kvs[i].key, "general.alignment") == 0 &&
+            w->kvs[i].val.type == RP_GGUF_UINT32 && w->kvs[i].val.u &&
+            !(w->kvs[i].val.u & (w->kvs[i].val.u - 1)))
             return w->kvs[i].val.u;
     return RP_GGUF_DEFAULT_ALIGNMENT;
 }
@@ -1010,7 +1059,8 @@ static uint64_t val_size(const rp_gguf_val *v) {
 
 static uint64_t header_size(const rp_gguf_writer *w) {
     uint64_t n = 24;
-    for (size_t i = 0; i < w->n_kv; i++) n += 8 + strlen(w->kvs[i].key) + 4 + val_size(&w->kvs[i].val);
+    for (size_t i = 0; i < w->n_kv; i++)
+        n += 8 + strlen(w->kvs[i].key) + 4 + val_size(&w->kvs[i].val);
     for (size_t i = 0; i < w->n_tensors; i++)
         n += 8 + strlen(w->tensors[i].name) + 4 + 8 * (uint64_t)w->tensors[i].n_dims + 4 + 8;
     return n;
@@ -1045,7 +1095,8 @@ static bool put_str(rp_atomic_file *af, const char *s, uint64_t len) {
 
 static bool put_val(rp_atomic_file *af, const rp_gguf_val *v) {
     switch (v->type) {
-    case RP_GGUF_STRING: return put_str(af, v->str.s, v->str.len);
+    case RP_GGUF_STRING:
+        return put_str(af, v->str.s, v->str.len);
     case RP_GGUF_ARRAY: {
         if (!put_le(af, v->arr.type, 4) || !put_le(af, v->arr.n, 8)) return false;
         size_t es = rp_gguf_type_size((int)v->arr.type);
@@ -1068,7 +1119,8 @@ static bool put_val(rp_atomic_file *af, const rp_gguf_val *v) {
         } cv = {.f = v->f};
         return put_le(af, cv.u, 8);
     }
-    default: return put_le(af, v->u, (int)rp_gguf_type_size((int)v->type));
+    default:
+        return put_le(af, v->u, (int)rp_gguf_type_size((int)v->type));
     }
 }
 
@@ -1088,7 +1140,8 @@ rp_status rp_gguf_w_write(rp_gguf_writer *w, const char *path, rp_progress_fn pr
     layout(w, &data_off, &total);
     for (size_t i = 0; i < w->n_tensors; i++)
         if (!w->tensors[i].data && !w->fill)
-            return rp_fail(RP_ERR_INVALID_ARG, "GGUF writer: tensor '%s' has no data", w->tensors[i].name);
+            return rp_fail(RP_ERR_INVALID_ARG, "GGUF writer: tensor '%s' has no data",
+                           w->tensors[i].name);
     const w_kv *late = NULL; /* where the late value goes, still its placeholder */
     for (size_t i = 0; w->late_key && i < w->n_kv; i++)
         if (!strcmp(w->kvs[i].key, w->late_key)) late = &w->kvs[i];

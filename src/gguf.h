@@ -12,9 +12,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RP_GGUF_MAGIC 0x46554747u /* "GGUF" little-endian */
+#define RP_GGUF_MAGIC             0x46554747u /* "GGUF" little-endian */
 #define RP_GGUF_DEFAULT_ALIGNMENT 32
-#define RP_GGUF_MAX_DIMS 4
+#define RP_GGUF_MAX_DIMS          4
 
 typedef enum rp_gguf_type {
     RP_GGUF_UINT8 = 0,
@@ -45,9 +45,9 @@ typedef struct rp_gguf_val {
     uint32_t type;
     uint64_t offset; /* byte offset of the value in the file */
     union {
-        uint64_t u;  /* UINT8..UINT64, BOOL */
-        int64_t i;   /* INT8..INT64 */
-        double f;    /* FLOAT32, FLOAT64 */
+        uint64_t u; /* UINT8..UINT64, BOOL */
+        int64_t i;  /* INT8..INT64 */
+        double f;   /* FLOAT32, FLOAT64 */
         struct {
             const char *s;
             uint64_t len;
@@ -55,7 +55,7 @@ typedef struct rp_gguf_val {
         struct {
             uint32_t type;
             uint64_t n;
-            const uint8_t *raw;            /* fixed-size elements */
+            const uint8_t *raw;              /* fixed-size elements */
             const struct rp_gguf_val *elems; /* string / array elements */
         } arr;
     };
@@ -69,10 +69,10 @@ typedef struct rp_gguf_kv {
 
 typedef struct rp_gguf_tensor {
     const char *name;
-    uint32_t type;   /* rp_type */
-    uint32_t n_dims; /* 1..4 */
+    uint32_t type;                /* rp_type */
+    uint32_t n_dims;              /* 1..4 */
     int64_t ne[RP_GGUF_MAX_DIMS]; /* ne[0] is the contiguous (row) dimension; unused = 1 */
-    uint64_t offset;  /* relative to the data section */
+    uint64_t offset;              /* relative to the data section */
     uint64_t nbytes;
     uint64_t info_offset; /* byte offset of the tensor info in the file */
     const void *data;     /* into the mapping */
@@ -190,7 +190,6 @@ bool rp_gguf_w_tensor_info(const rp_gguf_writer *w, uint64_t i, rp_gguf_tensor *
 /* Bytes the file will have. */
 uint64_t rp_gguf_w_size(const rp_gguf_writer *w);
 /* Write atomically (temporary file + rename); nothing is left on failure. */
-rp_status rp_gguf_w_write(rp_gguf_writer *w, const char *path, rp_progress_fn progress,
-                          void *user);
+rp_status rp_gguf_w_write(rp_gguf_writer *w, const char *path, rp_progress_fn progress, void *user);
 
 #endif

@@ -44,7 +44,8 @@ rp_status rp_state_init(rp_state *st, const rp_model *m, const rp_plan *plan, in
             uint8_t *vb = kb ? state_alloc(st, per_v * (size_t)n_seq, "KV cache (V)") : NULL;
             if (!vb) {
                 rp_state_free(st);
-                return rp_fail_prefix(RP_ERR_NOMEM, "KV cache for step %d (source layer %d)", e, plan->src[e]);
+                return rp_fail_prefix(RP_ERR_NOMEM, "KV cache for step %d (source layer %d)", e,
+                                      plan->src[e]);
             }
             for (int s = 0; s < n_seq; s++) {
                 rp_kv_view *v = &st->kv[(size_t)e * (size_t)n_seq + (size_t)s];
@@ -58,12 +59,14 @@ rp_status rp_state_init(rp_state *st, const rp_model *m, const rp_plan *plan, in
         }
         if (li->rec_floats) {
             st->rec_floats[e] = li->rec_floats;
-            float *rb = state_alloc(st, li->rec_floats * sizeof(float) * (size_t)n_seq, "recurrent state");
+            float *rb =
+                state_alloc(st, li->rec_floats * sizeof(float) * (size_t)n_seq, "recurrent state");
             if (!rb) {
                 rp_state_free(st);
                 return rp_fail_prefix(RP_ERR_NOMEM, "recurrent state for step %d", e);
             }
-            for (int s = 0; s < n_seq; s++) st->rec[(size_t)e * (size_t)n_seq + (size_t)s] = rb + li->rec_floats * (size_t)s;
+            for (int s = 0; s < n_seq; s++)
+                st->rec[(size_t)e * (size_t)n_seq + (size_t)s] = rb + li->rec_floats * (size_t)s;
             st->rec_bytes += (uint64_t)li->rec_floats * sizeof(float) * (uint64_t)n_seq;
         }
     }
@@ -140,13 +143,14 @@ int rp_seq_checkpoint_len(const rp_seq_checkpoint *ck) {
     return ck ? ck->len : -1;
 }
 
-static rp_status ckpt_check(const rp_context *c, int seq, const rp_seq_checkpoint *ck, const char *what) {
+static rp_status ckpt_check(const rp_context *c, int seq, const rp_seq_checkpoint *ck,
+                            const char *what) {
     if (!ck) return rp_fail(RP_ERR_INVALID_ARG, "%s: no checkpoint given", what);
     if (ck->ctx != c)
         return rp_fail(RP_ERR_INVALID_ARG, "%s: the checkpoint was made for another context", what);
     if (seq < 0 || seq >= c->n_seq)
-        return rp_fail(RP_ERR_INVALID_ARG, "%s: sequence %d out of range (context has %d)", what, seq,
-                       c->n_seq);
+        return rp_fail(RP_ERR_INVALID_ARG, "%s: sequence %d out of range (context has %d)", what,
+                       seq, c->n_seq);
     return RP_OK;
 }
 
@@ -172,16 +176,20 @@ rp_status rp_seq_checkpoint_restore(rp_context *c, int seq, const rp_seq_checkpo
     rp_status s = ckpt_check(c, seq, ck, "checkpoint restore");
     if (s) return s;
     rp_state *st = &c->state;
-    if (ck->seq < 0) return rp_fail(RP_ERR_INVALID_ARG, "checkpoint restore: the checkpoint was never saved");
+    if (ck->seq < 0)
+        return rp_fail(RP_ERR_INVALID_ARG, "checkpoint restore: the checkpoint was never saved");
     if (ck->seq != seq)
-        return rp_fail(RP_ERR_INVALID_ARG, "checkpoint restore: the checkpoint holds sequence %d, not %d", ck->seq,
+        return rp_fail(RP_ERR_INVALID_ARG,
+                       "checkpoint restore: the checkpoint holds sequence %d, not %d", ck->seq,
                        seq);
     if (ck->id != st->seq_ckpt[seq])
-        return rp_fail(RP_ERR_INVALID_ARG,
-                       "checkpoint restore: sequence %d has had a newer checkpoint saved since this one", seq);
+        return rp_fail(
+            RP_ERR_INVALID_ARG,
+            "checkpoint restore: sequence %d has had a newer checkpoint saved since this one", seq);
     if (st->seq_low[seq] < ck->len)
         return rp_fail(RP_ERR_INVALID_ARG,
-                       "checkpoint restore: sequence %d was cut back to %d positions after the checkpoint at %d; "
+                       "checkpoint restore: sequence %d was cut back to %d positions after the "
+                       "checkpoint at %d; "
                        "the positions it needs are gone",
                        seq, st->seq_low[seq], ck->len);
     if ((s = rp_ctx_ring_rollback_check(c, seq, ck->len))) return s;

@@ -13,17 +13,17 @@
 
 typedef struct rp_state {
     int n_steps, n_seq, n_ctx;
-    rp_kv_view *kv;       /* [n_steps][n_seq]; k == NULL when the step has no KV */
-    float **rec;          /* [n_steps][n_seq]; NULL when the step has no recurrent state */
-    size_t *rec_floats;   /* [n_steps] */
-    int *seq_len;         /* [n_seq] positions cached */
+    rp_kv_view *kv;     /* [n_steps][n_seq]; k == NULL when the step has no KV */
+    float **rec;        /* [n_steps][n_seq]; NULL when the step has no recurrent state */
+    size_t *rec_floats; /* [n_steps] */
+    int *seq_len;       /* [n_seq] positions cached */
     /* Rollback guard of sequence checkpoints (rp_seq_checkpoint_*): how many
      * checkpoints each sequence has had saved, and the shortest length it has
      * been cut back to since its latest one. */
-    uint32_t *seq_ckpt;   /* [n_seq] */
-    int *seq_low;         /* [n_seq] */
+    uint32_t *seq_ckpt; /* [n_seq] */
+    int *seq_low;       /* [n_seq] */
     uint64_t kv_bytes, rec_bytes;
-    void **blocks;        /* allocations */
+    void **blocks; /* allocations */
     int n_blocks;
 } rp_state;
 

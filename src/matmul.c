@@ -265,7 +265,8 @@ void rp_matmul_n(rp_compute *cc, int n, const rp_tensor *const *w, float *const 
             j.xq = cc->wbuf;
             RP_ASSERT(j.xq_stride * (size_t)n_tok <= cc->wbuf_size);
         }
-        uint8_t *after_xq = cc->wbuf + (vdt == RP_TYPE_F32 ? 0 : rp_align_up(j.xq_stride * toks, 64));
+        uint8_t *after_xq =
+            cc->wbuf + (vdt == RP_TYPE_F32 ? 0 : rp_align_up(j.xq_stride * toks, 64));
         if (j.mode == MM_GEMM && j.gemm->pack) {
             j.group_bytes = j.gemm->group_bytes((int)ne0);
             j.xp = after_xq;

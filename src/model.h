@@ -31,10 +31,10 @@ typedef struct rp_layer_info {
     int n_head, n_head_kv;
     int head_dim_k, head_dim_v;
     int n_ff;
-    int window;          /* SWA window (tokens a query sees, itself included) */
-    int rope_set;        /* which rotary table the layer uses (0 = global) */
-    size_t rec_floats;   /* recurrent state floats per sequence (conv + ssm) */
-    bool has_kv;         /* needs a KV slot per step */
+    int window;        /* SWA window (tokens a query sees, itself included) */
+    int rope_set;      /* which rotary table the layer uses (0 = global) */
+    size_t rec_floats; /* recurrent state floats per sequence (conv + ssm) */
+    bool has_kv;       /* needs a KV slot per step */
 } rp_layer_info;
 
 /* Tensors of one layer. A superset across architectures; each architecture
@@ -52,8 +52,8 @@ typedef struct rp_layer {
 } rp_layer;
 
 typedef struct rp_hparams {
-    int n_layer;   /* blocks in the file, including NextN/MTP heads */
-    int n_trunk;   /* blocks a plan runs over */
+    int n_layer; /* blocks in the file, including NextN/MTP heads */
+    int n_trunk; /* blocks a plan runs over */
     int n_embd;
     int n_vocab;
     int n_ctx_train;
@@ -62,10 +62,10 @@ typedef struct rp_hparams {
     rp_rope_style rope_style;
     rp_rope_params rope[2]; /* [0] global, [1] local/SWA where it differs */
     int n_rope_sets;
-    float attn_scale;       /* 0 = 1/sqrt(head_dim_k) */
-    float attn_softcap;     /* 0 = none */
-    float final_softcap;    /* 0 = none */
-    float embd_scale;       /* token embeddings are multiplied by this (1 = none) */
+    float attn_scale;    /* 0 = 1/sqrt(head_dim_k) */
+    float attn_softcap;  /* 0 = none */
+    float final_softcap; /* 0 = none */
+    float embd_scale;    /* token embeddings are multiplied by this (1 = none) */
 } rp_hparams;
 
 typedef struct rp_arch rp_arch;
@@ -79,17 +79,18 @@ struct rp_model {
     rp_tensor *tensors; /* one view per GGUF tensor, in file order */
     uint64_t n_tensors;
     const rp_tensor *tok_embd, *output_norm, *output_norm_b, *output;
-    rp_layer *layers;     /* [n_layer] */
-    rp_layer_info *info;  /* [n_layer] */
+    rp_layer *layers;    /* [n_layer] */
+    rp_layer_info *info; /* [n_layer] */
     rp_vocab *vocab;
-    void *arch_data;      /* owned by the architecture */
-    void **owned;         /* buffers the model owns (converted norms, ...) */
+    void *arch_data; /* owned by the architecture */
+    void **owned;    /* buffers the model owns (converted norms, ...) */
     int n_owned, cap_owned;
 };
 
 /* Builds a model over an opened GGUF (taking ownership of g, also on
  * failure). rp_model_load is rp_gguf_open + this. */
-rp_status rp_model_from_gguf(rp_gguf *g, const char *path, const rp_model_params *params, rp_model **out);
+rp_status rp_model_from_gguf(rp_gguf *g, const char *path, const rp_model_params *params,
+                             rp_model **out);
 
 /* ---- helpers for architecture loaders ------------------------------------ */
 
@@ -119,6 +120,5 @@ bool rp_model_own(rp_model *m, void *p);
 rp_status rp_load_transformer_hparams(rp_model *m);
 /* Token embedding, output norm, output (tied to the embedding when absent). */
 rp_status rp_bind_io(rp_model *m);
-
 
 #endif

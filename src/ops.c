@@ -24,8 +24,8 @@ void rp_rmsnorm(float *y, const float *x, const float *w, int n, int n_rows, flo
 void rp_rmsnorm_heads(float *x, const float *w, int head_dim, int n_head, int n_rows, int stride,
                       float eps) {
     for (int r = 0; r < n_rows; r++)
-        rp_rmsnorm(x + (size_t)r * (size_t)stride, x + (size_t)r * (size_t)stride, w, head_dim, n_head,
-                   eps);
+        rp_rmsnorm(x + (size_t)r * (size_t)stride, x + (size_t)r * (size_t)stride, w, head_dim,
+                   n_head, eps);
 }
 
 void rp_layernorm(float *y, const float *x, const float *w, const float *b, int n, int n_rows,
@@ -53,7 +53,8 @@ static float yarn_ramp(float low, float high, int i0) {
 }
 
 static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
-    return (float)n_dims * logf((float)n_ctx_orig / (n_rot * 2.0f * (float)M_PI)) / (2.0f * logf(base));
+    return (float)n_dims * logf((float)n_ctx_orig / (n_rot * 2.0f * (float)M_PI)) /
+           (2.0f * logf(base));
 }
 
 void rp_rope_cache(float *cs, const int32_t *pos, int n_tok, const rp_rope_params *p) {
@@ -147,7 +148,8 @@ void rp_gelu_tanh_f16_mul(float *gate, const float *up, int n) {
         else if (x >= 10.0f)
             g = x;
         else
-            g = rp_fp16_to_fp32(rp_fp32_to_fp16(gelu_tanh_f32(rp_fp16_to_fp32(rp_fp32_to_fp16(x)))));
+            g = rp_fp16_to_fp32(
+                rp_fp32_to_fp16(gelu_tanh_f32(rp_fp16_to_fp32(rp_fp32_to_fp16(x)))));
         gate[i] = g * up[i];
     }
 }
@@ -200,11 +202,13 @@ void rp_kv_write(const rp_kv_view *kv, int n_head_kv, int head_dim_k, int head_d
         if (kv->type_k == RP_TYPE_F16)
             kn->f32_to_f16(k + (size_t)h * head_dim_k, (uint16_t *)kv->k + ok, head_dim_k);
         else
-            memcpy((float *)kv->k + ok, k + (size_t)h * head_dim_k, (size_t)head_dim_k * sizeof(float));
+            memcpy((float *)kv->k + ok, k + (size_t)h * head_dim_k,
+                   (size_t)head_dim_k * sizeof(float));
         if (kv->type_v == RP_TYPE_F16)
             kn->f32_to_f16(v + (size_t)h * head_dim_v, (uint16_t *)kv->v + ov, head_dim_v);
         else
-            memcpy((float *)kv->v + ov, v + (size_t)h * head_dim_v, (size_t)head_dim_v * sizeof(float));
+            memcpy((float *)kv->v + ov, v + (size_t)h * head_dim_v,
+                   (size_t)head_dim_v * sizeof(float));
     }
 }
 
@@ -240,9 +244,11 @@ static void attn_task(void *arg, int ith, int nth) {
             float *s = sc + (size_t)hh * (size_t)(j->per_thread / (size_t)group);
             for (int i = 0; i < n; i++) {
                 int cell = (lo + i) % kv->cap;
-                float d = kv->type_k == RP_TYPE_F16
-                              ? kn->dot_f16_f32(dk, (const uint16_t *)kv->k + head_k + (size_t)cell * dk, q)
-                              : kn->dot_f32(dk, (const float *)kv->k + head_k + (size_t)cell * dk, q);
+                float d =
+                    kv->type_k == RP_TYPE_F16
+                        ? kn->dot_f16_f32(dk, (const uint16_t *)kv->k + head_k + (size_t)cell * dk,
+                                          q)
+                        : kn->dot_f32(dk, (const float *)kv->k + head_k + (size_t)cell * dk, q);
                 d *= a->scale;
                 if (a->softcap > 0) d = a->softcap * tanhf(d / a->softcap);
                 s[i] = d;
@@ -280,10 +286,10 @@ static void attn_task(void *arg, int ith, int nth) {
 typedef struct attn_plan {
     const rp_attn_args *a;
     rp_attn_split_fn split;
-    int group, hq, tq;      /* query heads per KV head; per item; tokens per tile */
+    int group, hq, tq; /* query heads per KV head; per item; tokens per tile */
     int n_tiles, n_hc, n_items;
-    int n_spl;              /* splits per item in the split-spread mode */
-    float *part;            /* [n_items][n_spl]: m[MAXQ], l[MAXQ], has[MAXQ], o[MAXQ][dv] */
+    int n_spl;   /* splits per item in the split-spread mode */
+    float *part; /* [n_items][n_spl]: m[MAXQ], l[MAXQ], has[MAXQ], o[MAXQ][dv] */
 } attn_plan;
 
 /* item i: tile, KV head, head chunk */
@@ -303,8 +309,7 @@ static int vis_lo(const rp_attn_args *a, int t) {
  * (has[slot]); one kernel call per run of tokens sharing a cache (a run's
  * slots are consecutive: a tile of several tokens has every head of the
  * group in one chunk). */
-static void item_split(const attn_plan *P, int i, int s, float *m, float *l, float *o,
-                       bool *has) {
+static void item_split(const attn_plan *P, int i, int s, float *m, float *l, float *o, bool *has) {
     const rp_attn_args *a = P->a;
     int tile, g, hc;
     item_of(P, i, &tile, &g, &hc);
@@ -439,7 +444,8 @@ static void attn_parts_task(void *arg, int ith, int nth) {
         item_splits(P, i, &s0, &s1);
         float *pp = part_at(P, i, s);
         for (int q = 0; q < RP_ATTN_MAXQ; q++) has[q] = false;
-        if (s >= s0 && s < s1) item_split(P, i, s, pp, pp + RP_ATTN_MAXQ, pp + 3 * RP_ATTN_MAXQ, has);
+        if (s >= s0 && s < s1)
+            item_split(P, i, s, pp, pp + RP_ATTN_MAXQ, pp + 3 * RP_ATTN_MAXQ, has);
         for (int q = 0; q < RP_ATTN_MAXQ; q++) pp[2 * RP_ATTN_MAXQ + q] = has[q] ? 1.0f : 0.0f;
     }
 }
@@ -470,7 +476,8 @@ void rp_attention(rp_compute *cc, const rp_attn_args *a, float *scratch, size_t 
     const rp_kernels *kn = rp_kern();
     /* an F32 cache keeps the per-key arithmetic, llama.cpp's (the goldens
      * match it bit for bit); F16 caches (the default) take the split path */
-    const bool f16 = a->n_tok > 0 && a->kv[0]->type_k == RP_TYPE_F16 && a->kv[0]->type_v == RP_TYPE_F16;
+    const bool f16 =
+        a->n_tok > 0 && a->kv[0]->type_k == RP_TYPE_F16 && a->kv[0]->type_v == RP_TYPE_F16;
     if (!kn->attn_split || !f16 || a->head_dim_k > RP_ATTN_MAXD || a->head_dim_v > RP_ATTN_MAXD) {
         attn_job j = {a, scratch, per_thread};
         rp_pool_run(cc->pool, attn_task, &j);

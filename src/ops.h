@@ -26,13 +26,13 @@ typedef enum rp_rope_style {
 } rp_rope_style;
 
 typedef struct rp_rope_params {
-    int n_rot;           /* rotated dimensions per head (<= head_dim, even) */
+    int n_rot; /* rotated dimensions per head (<= head_dim, even) */
     float freq_base;
-    float freq_scale;    /* 1 / linear scaling factor */
-    float ext_factor;    /* YaRN extrapolation mix (0 = off) */
-    float attn_factor;   /* YaRN magnitude scale (1 = off) */
+    float freq_scale;  /* 1 / linear scaling factor */
+    float ext_factor;  /* YaRN extrapolation mix (0 = off) */
+    float attn_factor; /* YaRN magnitude scale (1 = off) */
     float beta_fast, beta_slow;
-    int n_ctx_orig;      /* training context (YaRN) */
+    int n_ctx_orig;            /* training context (YaRN) */
     const float *freq_factors; /* [n_rot/2] divisors of each frequency, or NULL */
 } rp_rope_params;
 
@@ -51,7 +51,7 @@ void rp_gelu_erf_mul(float *gate, const float *up, int n);  /* gate = gelu_erf(g
  * F32 (GGML_GELU_FP16): through fp16, i.e. fp16(gelu(fp16(x))) for |x| < 10,
  * 0 below -10, x from 10 up. What llama.cpp computes for Gemma's GeGLU. */
 void rp_gelu_tanh_f16_mul(float *gate, const float *up, int n);
-void rp_add(float *y, const float *x, int n);               /* y += x */
+void rp_add(float *y, const float *x, int n); /* y += x */
 void rp_scale(float *y, float s, int n);
 void rp_softcap(float *x, float cap, int n); /* x = cap * tanh(x / cap) */
 void rp_softmax(float *x, int n);            /* in place */
@@ -69,16 +69,16 @@ typedef struct rp_kv_view {
 
 typedef struct rp_attn_args {
     int n_tok;
-    const float *q;    /* [n_tok][q_stride], head h at h * head_dim_k */
+    const float *q; /* [n_tok][q_stride], head h at h * head_dim_k */
     int q_stride;
-    float *out;        /* [n_tok][out_stride], head h at h * head_dim_v */
+    float *out; /* [n_tok][out_stride], head h at h * head_dim_v */
     int out_stride;
     int n_head, n_head_kv, head_dim_k, head_dim_v;
-    float scale;       /* applied to q.k */
-    float softcap;     /* 0 = none; else scores = softcap * tanh(scores / softcap) */
-    int window;        /* 0 = full causal; else see positions p-window+1 .. p */
-    const int32_t *pos;           /* [n_tok] */
-    const rp_kv_view *const *kv;  /* [n_tok] the token's sequence cache */
+    float scale;                 /* applied to q.k */
+    float softcap;               /* 0 = none; else scores = softcap * tanh(scores / softcap) */
+    int window;                  /* 0 = full causal; else see positions p-window+1 .. p */
+    const int32_t *pos;          /* [n_tok] */
+    const rp_kv_view *const *kv; /* [n_tok] the token's sequence cache */
 } rp_attn_args;
 
 /* Scratch floats attention needs per thread for n_ctx visible positions. */

@@ -99,7 +99,8 @@ rp_status rp_plan_repeat(const char *spec, int n_trunk, int n_total, rp_plan **o
     if (!spec) return rp_plan_identity(n_trunk, out);
     const char *p = spec;
     while (isspace((unsigned char)*p)) p++;
-    if (!*p) return rp_fail(RP_ERR_PLAN, "--repeat-layers: empty spec (expected blocks like '26,34')");
+    if (!*p)
+        return rp_fail(RP_ERR_PLAN, "--repeat-layers: empty spec (expected blocks like '26,34')");
     int n_blocks = 1;
     for (const char *c = spec; *c; c++) n_blocks += *c == ';';
     block *b = rp_calloc((size_t)n_blocks, sizeof *b, "plan blocks");
@@ -154,14 +155,17 @@ rp_status rp_plan_repeat(const char *spec, int n_trunk, int n_total, rp_plan **o
     qsort(b, (size_t)nb, sizeof *b, block_cmp);
     for (int k = 1; k < nb; k++)
         if (b[k].i < b[k - 1].j) {
-            s = rp_fail(RP_ERR_PLAN, "--repeat-layers: blocks %d '%s' and %d '%s' overlap (blocks must be disjoint)",
-                        b[k - 1].idx, b[k - 1].text, b[k].idx, b[k].text);
+            s = rp_fail(
+                RP_ERR_PLAN,
+                "--repeat-layers: blocks %d '%s' and %d '%s' overlap (blocks must be disjoint)",
+                b[k - 1].idx, b[k - 1].text, b[k].idx, b[k].text);
             goto done;
         }
     long n_eff = n_trunk;
     for (int k = 0; k < nb; k++) n_eff += b[k].j - b[k].i;
     if (n_eff > MAX_PLAN_STEPS) {
-        s = rp_fail(RP_ERR_PLAN, "--repeat-layers: plan has %ld steps (limit %d)", n_eff, MAX_PLAN_STEPS);
+        s = rp_fail(RP_ERR_PLAN, "--repeat-layers: plan has %ld steps (limit %d)", n_eff,
+                    MAX_PLAN_STEPS);
         goto done;
     }
     s = plan_alloc(n_trunk, (int)n_eff, spec, RP_PLAN_REPEAT, out);
@@ -190,7 +194,8 @@ rp_status rp_plan_map(const char *map, int n_trunk, int n_total, rp_plan **out) 
     if (!map) return rp_plan_identity(n_trunk, out);
     const char *p = map;
     while (isspace((unsigned char)*p)) p++;
-    if (!*p) return rp_fail(RP_ERR_PLAN, "--layer-map: empty map (expected items like '0..15,11..31')");
+    if (!*p)
+        return rp_fail(RP_ERR_PLAN, "--layer-map: empty map (expected items like '0..15,11..31')");
     char note[160];
     /* two passes: count steps with validation, then fill */
     long n_eff = 0;
@@ -223,12 +228,15 @@ rp_status rp_plan_map(const char *map, int n_trunk, int n_total, rp_plan **out) 
             }
             if (a < 0 || bnd < 0) {
                 free(steps);
-                return rp_fail(RP_ERR_PLAN, "--layer-map: item %d '%s': number out of range", item, text);
+                return rp_fail(RP_ERR_PLAN, "--layer-map: item %d '%s': number out of range", item,
+                               text);
             }
             if (bnd < a) {
                 free(steps);
-                return rp_fail(RP_ERR_PLAN, "--layer-map: item %d '%s': range runs backwards (a..b needs a <= b)",
-                               item, text);
+                return rp_fail(
+                    RP_ERR_PLAN,
+                    "--layer-map: item %d '%s': range runs backwards (a..b needs a <= b)", item,
+                    text);
             }
             if (bnd >= n_trunk) {
                 free(steps);
@@ -240,7 +248,8 @@ rp_status rp_plan_map(const char *map, int n_trunk, int n_total, rp_plan **out) 
             }
             if (pass == 0) {
                 e += bnd - a + 1;
-                if (e > MAX_PLAN_STEPS) return rp_fail(RP_ERR_PLAN, "--layer-map: more than %d steps", MAX_PLAN_STEPS);
+                if (e > MAX_PLAN_STEPS)
+                    return rp_fail(RP_ERR_PLAN, "--layer-map: more than %d steps", MAX_PLAN_STEPS);
             } else {
                 for (long l = a; l <= bnd; l++) steps[e++] = (int)l;
             }

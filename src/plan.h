@@ -10,13 +10,13 @@
 #include <stddef.h>
 
 typedef struct rp_plan {
-    int n_src;   /* trunk layers the plan was built against */
-    int n_eff;   /* steps */
-    int *src;    /* [n_eff] source layer of each step */
-    bool *seam;  /* [n_eff] step does not follow its predecessor's source (src[e] != src[e-1]+1) */
-    int *pass;   /* [n_eff] how many times src[e] ran before this step (0 = first pass) */
-    char *spec;  /* the spec as given ("" for identity) */
-    int kind;    /* RP_PLAN_IDENTITY / _REPEAT / _MAP */
+    int n_src;  /* trunk layers the plan was built against */
+    int n_eff;  /* steps */
+    int *src;   /* [n_eff] source layer of each step */
+    bool *seam; /* [n_eff] step does not follow its predecessor's source (src[e] != src[e-1]+1) */
+    int *pass;  /* [n_eff] how many times src[e] ran before this step (0 = first pass) */
+    char *spec; /* the spec as given ("" for identity) */
+    int kind;   /* RP_PLAN_IDENTITY / _REPEAT / _MAP */
 } rp_plan;
 
 enum { RP_PLAN_IDENTITY = 0, RP_PLAN_REPEAT = 1, RP_PLAN_MAP = 2 };

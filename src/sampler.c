@@ -26,9 +26,9 @@ struct rp_sampler {
     int32_t n_vocab;
     stage stages[8];
     int n_stages;
-    cand *c;      /* [n_vocab] */
-    size_t n;     /* live candidates */
-    bool sorted;  /* c[0..n) sorted by logit descending */
+    cand *c;       /* [n_vocab] */
+    size_t n;      /* live candidates */
+    bool sorted;   /* c[0..n) sorted by logit descending */
     int32_t *hist; /* ring of recent tokens */
     int hist_cap, hist_n, hist_pos;
     int32_t *count; /* [n_vocab] scratch for penalties */
@@ -69,7 +69,8 @@ rp_sampler *rp_sampler_new(const rp_sampler_params *params, int32_t n_vocab) {
         return NULL;
     }
     const rp_sampler_params *p = &s->p;
-    if (p->penalty_last_n != 0 && (p->repeat_penalty != 1.0f || p->freq_penalty != 0.0f || p->presence_penalty != 0.0f))
+    if (p->penalty_last_n != 0 &&
+        (p->repeat_penalty != 1.0f || p->freq_penalty != 0.0f || p->presence_penalty != 0.0f))
         s->stages[s->n_stages++] = (stage){ST_PENALTIES, 0, 0};
     if (p->temp > 0) {
         if (p->top_k > 0) s->stages[s->n_stages++] = (stage){ST_TOP_K, 0, p->top_k};
@@ -159,7 +160,8 @@ static void run_stage(rp_sampler *s, const stage *st) {
             int32_t cnt = s->count[s->c[i].id];
             if (!cnt) continue;
             float *l = &s->c[i].logit;
-            if (s->p.repeat_penalty != 1.0f) *l = *l <= 0 ? *l * s->p.repeat_penalty : *l / s->p.repeat_penalty;
+            if (s->p.repeat_penalty != 1.0f)
+                *l = *l <= 0 ? *l * s->p.repeat_penalty : *l / s->p.repeat_penalty;
             *l -= (float)cnt * s->p.freq_penalty + s->p.presence_penalty;
         }
         for (int i = 0; i < s->hist_n; i++) s->count[s->hist[i]] = 0;

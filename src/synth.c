@@ -41,7 +41,9 @@ rp_synth_params rp_synth_default_params(void) {
     return p;
 }
 
-rp_gguf_writer *rp_synth_writer(rp_synth *s) { return s->w; }
+rp_gguf_writer *rp_synth_writer(rp_synth *s) {
+    return s->w;
+}
 
 static uint64_t name_hash(const char *s) {
     uint64_t h = 1469598103934665603ull;
@@ -49,8 +51,8 @@ static uint64_t name_hash(const char *s) {
     return h;
 }
 
-static rp_status add(rp_synth *s, synth_kind kind, int type, int64_t ne0, int64_t ne1, const float *vals,
-                     const char *name) {
+static rp_status add(rp_synth *s, synth_kind kind, int type, int64_t ne0, int64_t ne1,
+                     const float *vals, const char *name) {
     if (s->n == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 64;
         synth_tensor *t = rp_realloc(s->t, cap * sizeof *t, "synth tensors");
@@ -105,12 +107,14 @@ rp_status rp_synth_bias(rp_synth *s, int64_t n, const char *fmt, ...) {
     return add(s, K_BIAS, RP_TYPE_F32, n, 0, NULL, name);
 }
 
-rp_status rp_synth_values(rp_synth *s, const float *v, int64_t ne0, int64_t ne1, const char *fmt, ...) {
+rp_status rp_synth_values(rp_synth *s, const float *v, int64_t ne0, int64_t ne1, const char *fmt,
+                          ...) {
     FMT_NAME(name, fmt);
     return add(s, K_VALUES, RP_TYPE_F32, ne0, ne1, v, name);
 }
 
-rp_status rp_synth_uniform(rp_synth *s, rp_rng *rng, int64_t n, float lo, float hi, const char *fmt, ...) {
+rp_status rp_synth_uniform(rp_synth *s, rp_rng *rng, int64_t n, float lo, float hi, const char *fmt,
+                           ...) {
     FMT_NAME(name, fmt);
     float *v = rp_malloc((size_t)n * sizeof(float), "synth values");
     if (!v) return RP_ERR_NOMEM;
@@ -135,7 +139,8 @@ static rp_status fill(void *user, uint64_t index, void *dst, uint64_t nbytes) {
     if (t->kind != K_WEIGHT) {
         float *f = dst;
         for (size_t i = 0; i < n; i++)
-            f[i] = (t->kind == K_NORM ? 1.0f : 0.0f) + 0.1f * (float)(rp_rng_uniform(&rng) * 2.0 - 1.0);
+            f[i] = (t->kind == K_NORM ? 1.0f : 0.0f) +
+                   0.1f * (float)(rp_rng_uniform(&rng) * 2.0 - 1.0);
         return RP_OK;
     }
     const rp_type_traits *tt = rp_type_get(t->type);
@@ -151,7 +156,8 @@ static rp_status fill(void *user, uint64_t index, void *dst, uint64_t nbytes) {
     return RP_OK;
 }
 
-rp_status rp_synth_transformer_keys(rp_synth *s, const rp_synth_params *p, float rope_base, float eps) {
+rp_status rp_synth_transformer_keys(rp_synth *s, const rp_synth_params *p, float rope_base,
+                                    float eps) {
     char key[128];
     const char *a = p->arch;
     int hd = p->head_dim ? p->head_dim : p->n_embd / p->n_head;
@@ -162,7 +168,9 @@ rp_status rp_synth_transformer_keys(rp_synth *s, const rp_synth_params *p, float
     st = st ? st : rp_gguf_w_set_u32(s->w, KEY("embedding_length"), (uint32_t)p->n_embd);
     st = st ? st : rp_gguf_w_set_u32(s->w, KEY("feed_forward_length"), (uint32_t)p->n_ff);
     st = st ? st : rp_gguf_w_set_u32(s->w, KEY("attention.head_count"), (uint32_t)p->n_head);
-    st = st ? st : rp_gguf_w_set_u32(s->w, KEY("attention.head_count_kv"), (uint32_t)(p->n_head_kv ? p->n_head_kv : p->n_head));
+    st = st ? st
+            : rp_gguf_w_set_u32(s->w, KEY("attention.head_count_kv"),
+                                (uint32_t)(p->n_head_kv ? p->n_head_kv : p->n_head));
     st = st ? st : rp_gguf_w_set_u32(s->w, KEY("attention.key_length"), (uint32_t)hd);
     st = st ? st : rp_gguf_w_set_u32(s->w, KEY("attention.value_length"), (uint32_t)hd);
     st = st ? st : rp_gguf_w_set_u32(s->w, KEY("rope.dimension_count"), (uint32_t)hd);
@@ -211,9 +219,15 @@ static rp_status builtin_vocab(rp_synth *s, int n_vocab) {
     for (int i = 0; i < n_vocab; i++)
         if (!tok[i]) goto done;
     st = rp_gguf_w_set_str(s->w, "tokenizer.ggml.model", "llama");
-    st = st ? st : rp_gguf_w_set_arr_str(s->w, "tokenizer.ggml.tokens", (const char *const *)tok, (uint64_t)n_vocab);
-    st = st ? st : rp_gguf_w_set_arr(s->w, "tokenizer.ggml.scores", RP_GGUF_FLOAT32, scores, (uint64_t)n_vocab);
-    st = st ? st : rp_gguf_w_set_arr(s->w, "tokenizer.ggml.token_type", RP_GGUF_INT32, types, (uint64_t)n_vocab);
+    st = st ? st
+            : rp_gguf_w_set_arr_str(s->w, "tokenizer.ggml.tokens", (const char *const *)tok,
+                                    (uint64_t)n_vocab);
+    st = st ? st
+            : rp_gguf_w_set_arr(s->w, "tokenizer.ggml.scores", RP_GGUF_FLOAT32, scores,
+                                (uint64_t)n_vocab);
+    st = st ? st
+            : rp_gguf_w_set_arr(s->w, "tokenizer.ggml.token_type", RP_GGUF_INT32, types,
+                                (uint64_t)n_vocab);
     st = st ? st : rp_gguf_w_set_u32(s->w, "tokenizer.ggml.bos_token_id", 1);
     st = st ? st : rp_gguf_w_set_u32(s->w, "tokenizer.ggml.eos_token_id", 2);
     st = st ? st : rp_gguf_w_set_u32(s->w, "tokenizer.ggml.unknown_token_id", 0);
@@ -226,16 +240,23 @@ done:
     return st;
 }
 
-rp_status rp_synth_write(const rp_synth_params *p, const char *path, rp_progress_fn progress, void *user) {
+rp_status rp_synth_write(const rp_synth_params *p, const char *path, rp_progress_fn progress,
+                         void *user) {
     const rp_arch *arch = rp_arch_find(p->arch);
-    if (!arch) return rp_fail(RP_ERR_INVALID_ARG, "synth: unknown architecture '%s' (supported: %s)", p->arch, rp_arch_list());
-    if (!arch->synth) return rp_fail(RP_ERR_UNSUPPORTED, "synth: architecture '%s' has no synthesizer", p->arch);
+    if (!arch)
+        return rp_fail(RP_ERR_INVALID_ARG, "synth: unknown architecture '%s' (supported: %s)",
+                       p->arch, rp_arch_list());
+    if (!arch->synth)
+        return rp_fail(RP_ERR_UNSUPPORTED, "synth: architecture '%s' has no synthesizer", p->arch);
     const rp_type_traits *tt = rp_type_get(p->type);
     if (!tt || !tt->from_float)
-        return rp_fail(RP_ERR_UNSUPPORTED, "synth: cannot write weights of type %s", tt ? tt->name : "?");
-    if (p->n_embd < 1 || p->n_layer < 1 || p->n_head < 1 || p->n_ff < 1 || p->n_embd > 65536 || p->n_layer > 512 ||
-        p->n_ff > 1 << 18 || (p->n_head_kv && p->n_head % p->n_head_kv) || (!p->head_dim && p->n_embd % p->n_head))
-        return rp_fail(RP_ERR_INVALID_ARG, "synth: inconsistent shape (n_embd %d, n_layer %d, n_head %d/%d, n_ff %d)",
+        return rp_fail(RP_ERR_UNSUPPORTED, "synth: cannot write weights of type %s",
+                       tt ? tt->name : "?");
+    if (p->n_embd < 1 || p->n_layer < 1 || p->n_head < 1 || p->n_ff < 1 || p->n_embd > 65536 ||
+        p->n_layer > 512 || p->n_ff > 1 << 18 || (p->n_head_kv && p->n_head % p->n_head_kv) ||
+        (!p->head_dim && p->n_embd % p->n_head))
+        return rp_fail(RP_ERR_INVALID_ARG,
+                       "synth: inconsistent shape (n_embd %d, n_layer %d, n_head %d/%d, n_ff %d)",
                        p->n_embd, p->n_layer, p->n_head, p->n_head_kv, p->n_ff);
     rp_synth s = {.type = p->type, .seed = p->seed};
     s.w = rp_gguf_writer_new();
@@ -245,7 +266,8 @@ rp_status rp_synth_write(const rp_synth_params *p, const char *path, rp_progress
     snprintf(name, sizeof name, "synthetic %s (seed %llu)", p->arch, (unsigned long long)p->seed);
     st = st ? st : rp_gguf_w_set_str(s.w, "general.name", name);
     if (rp_type_ftype(p->type) >= 0)
-        st = st ? st : rp_gguf_w_set_u32(s.w, "general.file_type", (uint32_t)rp_type_ftype(p->type));
+        st =
+            st ? st : rp_gguf_w_set_u32(s.w, "general.file_type", (uint32_t)rp_type_ftype(p->type));
     rp_synth_params q = *p;
     if (!st && p->vocab_path) {
         rp_gguf *g;
@@ -257,7 +279,8 @@ rp_status rp_synth_write(const rp_synth_params *p, const char *path, rp_progress
             }
             const rp_gguf_val *toks = rp_gguf_get(g, "tokenizer.ggml.tokens");
             if (!st && (!toks || toks->type != RP_GGUF_ARRAY))
-                st = rp_fail(RP_ERR_FORMAT, "synth: '%s' has no tokenizer.ggml.tokens", p->vocab_path);
+                st = rp_fail(RP_ERR_FORMAT, "synth: '%s' has no tokenizer.ggml.tokens",
+                             p->vocab_path);
             else if (!st)
                 q.n_vocab = (int)toks->arr.n;
             rp_gguf_close(g);

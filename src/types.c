@@ -80,9 +80,9 @@ int rp_type_ftype(int type) {
     static const struct {
         int type, ftype;
     } map[] = {
-        {RP_TYPE_F32, 0},     {RP_TYPE_F16, 1},     {RP_TYPE_Q4_0, 2},    {RP_TYPE_Q4_1, 3},
-        {RP_TYPE_Q8_0, 7},    {RP_TYPE_Q5_0, 8},    {RP_TYPE_Q5_1, 9},    {RP_TYPE_Q2_K, 10},
-        {RP_TYPE_Q3_K, 12},   {RP_TYPE_Q4_K, 15},   {RP_TYPE_Q5_K, 17},   {RP_TYPE_Q6_K, 18},
+        {RP_TYPE_F32, 0},     {RP_TYPE_F16, 1},     {RP_TYPE_Q4_0, 2},  {RP_TYPE_Q4_1, 3},
+        {RP_TYPE_Q8_0, 7},    {RP_TYPE_Q5_0, 8},    {RP_TYPE_Q5_1, 9},  {RP_TYPE_Q2_K, 10},
+        {RP_TYPE_Q3_K, 12},   {RP_TYPE_Q4_K, 15},   {RP_TYPE_Q5_K, 17}, {RP_TYPE_Q6_K, 18},
         {RP_TYPE_IQ4_NL, 25}, {RP_TYPE_IQ4_XS, 30}, {RP_TYPE_BF16, 32},
     };
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)

@@ -14,23 +14,37 @@ static _Thread_local char g_err[RP_ERR_MAX];
 
 const char *rp_status_str(rp_status s) {
     switch (s) {
-    case RP_OK: return "ok";
-    case RP_ERR_INVALID_ARG: return "invalid argument";
-    case RP_ERR_IO: return "i/o error";
-    case RP_ERR_FORMAT: return "format error";
-    case RP_ERR_UNSUPPORTED: return "unsupported";
-    case RP_ERR_NOMEM: return "out of memory";
-    case RP_ERR_PLAN: return "invalid layer plan";
-    case RP_ERR_CONTEXT_FULL: return "context full";
-    case RP_ERR_CANCELLED: return "cancelled";
-    case RP_ERR_INTERNAL: return "internal error";
+    case RP_OK:
+        return "ok";
+    case RP_ERR_INVALID_ARG:
+        return "invalid argument";
+    case RP_ERR_IO:
+        return "i/o error";
+    case RP_ERR_FORMAT:
+        return "format error";
+    case RP_ERR_UNSUPPORTED:
+        return "unsupported";
+    case RP_ERR_NOMEM:
+        return "out of memory";
+    case RP_ERR_PLAN:
+        return "invalid layer plan";
+    case RP_ERR_CONTEXT_FULL:
+        return "context full";
+    case RP_ERR_CANCELLED:
+        return "cancelled";
+    case RP_ERR_INTERNAL:
+        return "internal error";
     }
     return "unknown status";
 }
 
-const char *rp_last_error(void) { return g_err; }
+const char *rp_last_error(void) {
+    return g_err;
+}
 
-void rp_clear_error(void) { g_err[0] = 0; }
+void rp_clear_error(void) {
+    g_err[0] = 0;
+}
 
 rp_status rp_fail(rp_status s, const char *fmt, ...) {
     va_list ap;
@@ -61,8 +75,7 @@ _Noreturn void rp_assert_fail(const char *file, int line, const char *expr) {
     /* The one place the library stops the process: an internal invariant broke,
      * so continuing would compute garbage. Report through the log if anyone
      * listens, and on stderr as a last resort. */
-    rp_log(RP_LOG_ERROR, "reprise internal error: %s:%d: assertion '%s' failed", file, line,
-           expr);
+    rp_log(RP_LOG_ERROR, "reprise internal error: %s:%d: assertion '%s' failed", file, line, expr);
     fprintf(stderr, "reprise internal error: %s:%d: assertion '%s' failed\n", file, line, expr);
     abort();
 }
@@ -123,9 +136,13 @@ void *rp_alloc_aligned(size_t n, const char *what) {
     return p;
 }
 
-void rp_free_aligned(void *p) { free(p); }
+void rp_free_aligned(void *p) {
+    free(p);
+}
 
-char *rp_strdup(const char *s) { return s ? rp_strndup(s, strlen(s)) : NULL; }
+char *rp_strdup(const char *s) {
+    return s ? rp_strndup(s, strlen(s)) : NULL;
+}
 
 char *rp_strndup(const char *s, size_t n) {
     char *p = rp_malloc(n + 1, "string");
@@ -347,7 +364,9 @@ void rp_rng_seed(rp_rng *r, uint64_t seed) {
     for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
 }
 
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static inline uint64_t rotl(uint64_t x, int k) {
+    return (x << k) | (x >> (64 - k));
+}
 
 uint64_t rp_rng_next(rp_rng *r) {
     uint64_t *s = r->s;
@@ -362,7 +381,9 @@ uint64_t rp_rng_next(rp_rng *r) {
     return result;
 }
 
-double rp_rng_uniform(rp_rng *r) { return (double)(rp_rng_next(r) >> 11) * 0x1.0p-53; }
+double rp_rng_uniform(rp_rng *r) {
+    return (double)(rp_rng_next(r) >> 11) * 0x1.0p-53;
+}
 
 float rp_rng_normal(rp_rng *r) {
     double u1 = rp_rng_uniform(r), u2 = rp_rng_uniform(r);

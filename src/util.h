@@ -13,16 +13,16 @@
 
 #if defined(__GNUC__)
 #define RP_PRINTF(a, b) __attribute__((format(printf, a, b)))
-#define RP_LIKELY(x) __builtin_expect(!!(x), 1)
-#define RP_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define RP_LIKELY(x)    __builtin_expect(!!(x), 1)
+#define RP_UNLIKELY(x)  __builtin_expect(!!(x), 0)
 #else
 #define RP_PRINTF(a, b)
-#define RP_LIKELY(x) (x)
+#define RP_LIKELY(x)   (x)
 #define RP_UNLIKELY(x) (x)
 #endif
 
-#define RP_MIN(a, b) ((a) < (b) ? (a) : (b))
-#define RP_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define RP_MIN(a, b)    ((a) < (b) ? (a) : (b))
+#define RP_MAX(a, b)    ((a) > (b) ? (a) : (b))
 #define RP_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Records a failure for rp_last_error() and returns s, so a failing path reads
@@ -53,7 +53,9 @@ static inline bool rp_mul_u64(uint64_t a, uint64_t b, uint64_t *out) {
 static inline bool rp_mul_size(size_t a, size_t b, size_t *out) {
     return !__builtin_mul_overflow(a, b, out);
 }
-static inline uint64_t rp_align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+static inline uint64_t rp_align_up(uint64_t x, uint64_t a) {
+    return (x + a - 1) / a * a;
+}
 
 /* Allocation: NULL on failure (after recording RP_ERR_NOMEM with what). */
 void *rp_malloc(size_t n, const char *what);

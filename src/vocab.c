@@ -88,7 +88,8 @@ static rp_status get_id(const rp_gguf *g, const char *key, int32_t n, int32_t *o
         return RP_OK;
     }
     if (x < 0 || x >= n)
-        return rp_fail(RP_ERR_FORMAT, "%s: key '%s' = %" PRId64 " is not a token id (vocabulary has %d tokens)",
+        return rp_fail(RP_ERR_FORMAT,
+                       "%s: key '%s' = %" PRId64 " is not a token id (vocabulary has %d tokens)",
                        rp_gguf_path(g), key, x, n);
     *out = (int32_t)x;
     return RP_OK;
@@ -130,7 +131,8 @@ rp_status rp_vocab_load(const rp_gguf *g, rp_vocab **out) {
         *out = v;
         return RP_OK;
     } else {
-        s = rp_fail(RP_ERR_UNSUPPORTED, "tokenizer model '%s' is not supported (llama/SPM and gpt2/BPE are)", model);
+        s = rp_fail(RP_ERR_UNSUPPORTED,
+                    "tokenizer model '%s' is not supported (llama/SPM and gpt2/BPE are)", model);
         goto fail;
     }
     const rp_gguf_val *toks, *scores = NULL, *types = NULL;
@@ -140,22 +142,27 @@ rp_status rp_vocab_load(const rp_gguf *g, rp_vocab **out) {
         goto fail;
     }
     if (toks->arr.type != RP_GGUF_STRING || toks->arr.n == 0 || toks->arr.n > (1u << 24)) {
-        s = rp_fail(RP_ERR_FORMAT, "%s: tokenizer.ggml.tokens at byte offset %" PRIu64
-                                   " must be a non-empty string array (got %s[%" PRIu64 "])",
-                    rp_gguf_path(g), toks->offset, rp_gguf_type_name((int)toks->arr.type), toks->arr.n);
+        s = rp_fail(RP_ERR_FORMAT,
+                    "%s: tokenizer.ggml.tokens at byte offset %" PRIu64
+                    " must be a non-empty string array (got %s[%" PRIu64 "])",
+                    rp_gguf_path(g), toks->offset, rp_gguf_type_name((int)toks->arr.type),
+                    toks->arr.n);
         goto fail;
     }
     v->n_tokens = (int32_t)toks->arr.n;
     if ((s = rp_gguf_get_arr(g, "tokenizer.ggml.scores", &scores, &found))) goto fail;
     if ((s = rp_gguf_get_arr(g, "tokenizer.ggml.token_type", &types, &found))) goto fail;
     if (scores && (scores->arr.type != RP_GGUF_FLOAT32 || scores->arr.n != toks->arr.n)) {
-        s = rp_fail(RP_ERR_FORMAT, "%s: tokenizer.ggml.scores must be f32[%d] (got %s[%" PRIu64 "])", rp_gguf_path(g),
-                    v->n_tokens, rp_gguf_type_name((int)scores->arr.type), scores->arr.n);
+        s = rp_fail(
+            RP_ERR_FORMAT, "%s: tokenizer.ggml.scores must be f32[%d] (got %s[%" PRIu64 "])",
+            rp_gguf_path(g), v->n_tokens, rp_gguf_type_name((int)scores->arr.type), scores->arr.n);
         goto fail;
     }
     if (types && (!rp_gguf_type_is_int((int)types->arr.type) || types->arr.n != toks->arr.n)) {
-        s = rp_fail(RP_ERR_FORMAT, "%s: tokenizer.ggml.token_type must be an integer array of %d (got %s[%" PRIu64 "])",
-                    rp_gguf_path(g), v->n_tokens, rp_gguf_type_name((int)types->arr.type), types->arr.n);
+        s = rp_fail(
+            RP_ERR_FORMAT,
+            "%s: tokenizer.ggml.token_type must be an integer array of %d (got %s[%" PRIu64 "])",
+            rp_gguf_path(g), v->n_tokens, rp_gguf_type_name((int)types->arr.type), types->arr.n);
         goto fail;
     }
     size_t n = (size_t)v->n_tokens, bytes = 0;
@@ -174,7 +181,8 @@ rp_status rp_vocab_load(const rp_gguf *g, rp_vocab **out) {
     for (size_t i = 0; i < n; i++) {
         const rp_gguf_val *e = &toks->arr.elems[i];
         if (e->str.len > 65535) {
-            s = rp_fail(RP_ERR_FORMAT, "%s: token %zu is %" PRIu64 " bytes long", rp_gguf_path(g), i, e->str.len);
+            s = rp_fail(RP_ERR_FORMAT, "%s: token %zu is %" PRIu64 " bytes long", rp_gguf_path(g),
+                        i, e->str.len);
             goto fail;
         }
         memcpy(p, e->str.s, (size_t)e->str.len + 1);
@@ -184,7 +192,9 @@ rp_status rp_vocab_load(const rp_gguf *g, rp_vocab **out) {
         v->scores[i] = scores ? (float)rp_gguf_arr_f64(scores, i) : 0.0f;
         int64_t t = types ? rp_gguf_arr_i64(types, i) : RP_TOKEN_NORMAL;
         if (t < 0 || t > RP_TOKEN_BYTE) {
-            s = rp_fail(RP_ERR_FORMAT, "%s: tokenizer.ggml.token_type[%zu] = %" PRId64 " is not a token type (0..6)",
+            s = rp_fail(RP_ERR_FORMAT,
+                        "%s: tokenizer.ggml.token_type[%zu] = %" PRId64
+                        " is not a token type (0..6)",
                         rp_gguf_path(g), i, t);
             goto fail;
         }
@@ -199,9 +209,12 @@ rp_status rp_vocab_load(const rp_gguf *g, rp_vocab **out) {
         const char *key;
         int32_t *dst;
     } ids[] = {
-        {"tokenizer.ggml.bos_token_id", &v->bos},     {"tokenizer.ggml.eos_token_id", &v->eos},
-        {"tokenizer.ggml.eot_token_id", &v->eot},     {"tokenizer.ggml.unknown_token_id", &v->unk},
-        {"tokenizer.ggml.padding_token_id", &v->pad}, {"tokenizer.ggml.seperator_token_id", &v->sep},
+        {"tokenizer.ggml.bos_token_id", &v->bos},
+        {"tokenizer.ggml.eos_token_id", &v->eos},
+        {"tokenizer.ggml.eot_token_id", &v->eot},
+        {"tokenizer.ggml.unknown_token_id", &v->unk},
+        {"tokenizer.ggml.padding_token_id", &v->pad},
+        {"tokenizer.ggml.seperator_token_id", &v->sep},
     };
     if (v->type == RP_VOCAB_SPM) {
         v->bos = 1;
@@ -225,16 +238,19 @@ rp_status rp_vocab_load(const rp_gguf *g, rp_vocab **out) {
     if (found) v->add_space_prefix = b;
 
     /* end-of-generation set: eos, eot, and the usual end-of-turn texts */
-    static const char *const eog_texts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
-                                            "<|eom_id|>", "<EOT>", "<|end_of_text|>", "</s>"};
+    static const char *const eog_texts[] = {"<|eot_id|>",    "<|im_end|>",      "<|end|>",
+                                            "<end_of_turn>", "<|endoftext|>",   "<|eom_id|>",
+                                            "<EOT>",         "<|end_of_text|>", "</s>"};
     if (v->eos >= 0) v->eog[v->eos] = true;
     if (v->eot >= 0) v->eog[v->eot] = true;
     for (size_t i = 0; i < RP_ARRAY_LEN(eog_texts); i++) {
         int32_t id = rp_vocab_find(v, eog_texts[i], strlen(eog_texts[i]));
-        if (id >= 0 && (v->ttype[id] == RP_TOKEN_CONTROL || v->ttype[id] == RP_TOKEN_USER_DEFINED)) v->eog[id] = true;
+        if (id >= 0 && (v->ttype[id] == RP_TOKEN_CONTROL || v->ttype[id] == RP_TOKEN_USER_DEFINED))
+            v->eog[id] = true;
     }
     if (v->eot < 0) {
-        static const char *const eot_texts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>"};
+        static const char *const eot_texts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>",
+                                                "<end_of_turn>"};
         for (size_t i = 0; i < RP_ARRAY_LEN(eot_texts) && v->eot < 0; i++) {
             int32_t id = rp_vocab_find(v, eot_texts[i], strlen(eot_texts[i]));
             if (id >= 0 && v->ttype[id] == RP_TOKEN_CONTROL) v->eot = id;
@@ -252,7 +268,8 @@ rp_status rp_vocab_load(const rp_gguf *g, rp_vocab **out) {
             v->len[i] > 0)
             v->specials[v->n_specials++] = i;
     qsort_r(v->specials, (size_t)v->n_specials, sizeof *v->specials, cmp_special, v);
-    for (int32_t k = 0; k < v->n_specials; k++) v->special_first[(uint8_t)v->text[v->specials[k]][0]] = true;
+    for (int32_t k = 0; k < v->n_specials; k++)
+        v->special_first[(uint8_t)v->text[v->specials[k]][0]] = true;
 
     if (v->type == RP_VOCAB_SPM) {
         for (int c = 0; c < 256; c++) {
@@ -368,7 +385,8 @@ static bool resegment(const spm_state *st, const spm_sym *s, rp_tokvec *out) {
     return true;
 }
 
-rp_status rp_spm_tokenize(const rp_vocab *v, const char *text, size_t len, bool prefix_space, rp_tokvec *out) {
+rp_status rp_spm_tokenize(const rp_vocab *v, const char *text, size_t len, bool prefix_space,
+                          rp_tokvec *out) {
     /* escape: optional leading space, then ' ' -> U+2581 */
     size_t n_sp = 0;
     for (size_t i = 0; i < len; i++) n_sp += text[i] == ' ';
@@ -439,19 +457,34 @@ done:
 
 /* ---- public tokenize / detokenize --------------------------------------- */
 
-int32_t rp_vocab_n_tokens(const rp_vocab *v) { return v ? v->n_tokens : 0; }
-int32_t rp_vocab_bos(const rp_vocab *v) { return v->bos; }
-int32_t rp_vocab_eos(const rp_vocab *v) { return v->eos; }
-bool rp_vocab_add_bos(const rp_vocab *v) { return v->add_bos && v->bos >= 0; }
-bool rp_vocab_add_eos(const rp_vocab *v) { return v->add_eos && v->eos >= 0; }
-bool rp_vocab_is_eog(const rp_vocab *v, int32_t t) { return t >= 0 && t < v->n_tokens && v->eog[t]; }
-const char *rp_vocab_text(const rp_vocab *v, int32_t t) { return t >= 0 && t < v->n_tokens ? v->text[t] : NULL; }
+int32_t rp_vocab_n_tokens(const rp_vocab *v) {
+    return v ? v->n_tokens : 0;
+}
+int32_t rp_vocab_bos(const rp_vocab *v) {
+    return v->bos;
+}
+int32_t rp_vocab_eos(const rp_vocab *v) {
+    return v->eos;
+}
+bool rp_vocab_add_bos(const rp_vocab *v) {
+    return v->add_bos && v->bos >= 0;
+}
+bool rp_vocab_add_eos(const rp_vocab *v) {
+    return v->add_eos && v->eos >= 0;
+}
+bool rp_vocab_is_eog(const rp_vocab *v, int32_t t) {
+    return t >= 0 && t < v->n_tokens && v->eog[t];
+}
+const char *rp_vocab_text(const rp_vocab *v, int32_t t) {
+    return t >= 0 && t < v->n_tokens ? v->text[t] : NULL;
+}
 
-rp_status rp_tokenize(const rp_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
-                      int32_t **out, size_t *n_out) {
+rp_status rp_tokenize(const rp_vocab *v, const char *text, size_t len, bool add_special,
+                      bool parse_special, int32_t **out, size_t *n_out) {
     *out = NULL;
     *n_out = 0;
-    if (!v || v->type == RP_VOCAB_NONE) return rp_fail(RP_ERR_UNSUPPORTED, "model has no tokenizer");
+    if (!v || v->type == RP_VOCAB_NONE)
+        return rp_fail(RP_ERR_UNSUPPORTED, "model has no tokenizer");
     rp_tokvec tv = {0};
     rp_status s = RP_OK;
     if (add_special && rp_vocab_add_bos(v) && !rp_tokvec_push(&tv, v->bos)) return RP_ERR_NOMEM;
@@ -480,7 +513,8 @@ rp_status rp_tokenize(const rp_vocab *v, const char *text, size_t len, bool add_
         }
         if (i > frag) {
             if (v->type == RP_VOCAB_SPM)
-                s = rp_spm_tokenize(v, text + frag, i - frag, v->add_space_prefix && prev_special, &tv);
+                s = rp_spm_tokenize(v, text + frag, i - frag, v->add_space_prefix && prev_special,
+                                    &tv);
             else
                 s = rp_bpe_tokenize(v, text + frag, i - frag, &tv);
             if (s) break;
@@ -519,7 +553,8 @@ static int copy_out(char *buf, size_t size, const char *s, size_t n) {
 int rp_token_to_piece(const rp_vocab *v, int32_t t, bool special, char *buf, size_t size) {
     if (!v || t < 0 || t >= v->n_tokens) return copy_out(buf, size, "", 0);
     int tt = v->ttype[t];
-    if (tt == RP_TOKEN_CONTROL) return special ? copy_out(buf, size, v->text[t], v->len[t]) : copy_out(buf, size, "", 0);
+    if (tt == RP_TOKEN_CONTROL)
+        return special ? copy_out(buf, size, v->text[t], v->len[t]) : copy_out(buf, size, "", 0);
     if (tt == RP_TOKEN_UNUSED) return copy_out(buf, size, "", 0);
     if (tt == RP_TOKEN_USER_DEFINED) return copy_out(buf, size, v->text[t], v->len[t]);
     if (v->type == RP_VOCAB_BPE) return rp_bpe_decode_token(v, t, buf, size);
@@ -536,8 +571,8 @@ int rp_token_to_piece(const rp_vocab *v, int32_t t, bool special, char *buf, siz
     size_t k = 0;
     const char *s = v->text[t];
     for (size_t i = 0; i < v->len[t] && k < sizeof tmp; i++) {
-        if (i + 2 < v->len[t] + 0u && (unsigned char)s[i] == 0xe2 && (unsigned char)s[i + 1] == 0x96 &&
-            (unsigned char)s[i + 2] == 0x81) {
+        if (i + 2 < v->len[t] + 0u && (unsigned char)s[i] == 0xe2 &&
+            (unsigned char)s[i + 1] == 0x96 && (unsigned char)s[i + 2] == 0x81) {
             tmp[k++] = ' ';
             i += 2;
         } else {
@@ -547,7 +582,8 @@ int rp_token_to_piece(const rp_vocab *v, int32_t t, bool special, char *buf, siz
     return copy_out(buf, size, tmp, k);
 }
 
-int rp_detokenize(const rp_vocab *v, const int32_t *tokens, size_t n, bool special, char *buf, size_t size) {
+int rp_detokenize(const rp_vocab *v, const int32_t *tokens, size_t n, bool special, char *buf,
+                  size_t size) {
     rp_buf b = {0};
     bool first = true;
     char piece[1024];
@@ -559,7 +595,8 @@ int rp_detokenize(const rp_vocab *v, const int32_t *tokens, size_t n, bool speci
             p++;
             k--;
         }
-        if (k > 0 || (tokens[i] >= 0 && tokens[i] < v->n_tokens && v->ttype[tokens[i]] != RP_TOKEN_CONTROL))
+        if (k > 0 ||
+            (tokens[i] >= 0 && tokens[i] < v->n_tokens && v->ttype[tokens[i]] != RP_TOKEN_CONTROL))
             first = false;
         rp_buf_append(&b, p, (size_t)k);
     }

@@ -36,8 +36,8 @@ struct rp_bpe; /* vocab_bpe.c */
 
 struct rp_vocab {
     rp_vocab_type type;
-    char *model;  /* tokenizer.ggml.model */
-    char *pre;    /* tokenizer.ggml.pre ("default" if absent) */
+    char *model; /* tokenizer.ggml.model */
+    char *pre;   /* tokenizer.ggml.pre ("default" if absent) */
     int32_t n_tokens;
     const char **text; /* [n_tokens] NUL-terminated */
     uint32_t *len;     /* [n_tokens] bytes */
@@ -46,13 +46,13 @@ struct rp_vocab {
     rp_str_map map;    /* text -> id */
     int32_t bos, eos, eot, unk, pad, sep, nl;
     bool add_bos, add_eos, add_space_prefix;
-    bool *eog;              /* [n_tokens] ends generation */
-    int32_t *specials;      /* ids of control / user-defined tokens, longest text first */
+    bool *eog;         /* [n_tokens] ends generation */
+    int32_t *specials; /* ids of control / user-defined tokens, longest text first */
     int32_t n_specials;
     bool special_first[256]; /* some special token starts with this byte */
-    int32_t byte_tok[256];  /* SPM <0xNN> tokens (-1 if absent) */
-    struct rp_bpe *bpe;     /* BPE state (merges, pre-tokenizer), NULL for SPM */
-    char *arena;            /* token texts */
+    int32_t byte_tok[256];   /* SPM <0xNN> tokens (-1 if absent) */
+    struct rp_bpe *bpe;      /* BPE state (merges, pre-tokenizer), NULL for SPM */
+    char *arena;             /* token texts */
 };
 
 rp_status rp_vocab_load(const rp_gguf *g, rp_vocab **out);
@@ -69,7 +69,8 @@ typedef struct rp_tokvec {
     size_t n, cap;
 } rp_tokvec;
 bool rp_tokvec_push(rp_tokvec *t, int32_t id);
-rp_status rp_spm_tokenize(const rp_vocab *v, const char *text, size_t len, bool prefix_space, rp_tokvec *out);
+rp_status rp_spm_tokenize(const rp_vocab *v, const char *text, size_t len, bool prefix_space,
+                          rp_tokvec *out);
 
 /* Byte-level BPE (vocab_bpe.c). */
 rp_status rp_bpe_init(rp_vocab *v, const rp_gguf *g);

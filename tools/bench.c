@@ -69,7 +69,6 @@ static double bandwidth_gbs(int threads, size_t mib) {
     return (double)bytes / best / 1e9;
 }
 
-
 /* ---- matmul microbenchmark ------------------------------------------------ */
 
 static double cpu_s(void) {
@@ -121,9 +120,11 @@ static int kernel_bench(const char *type_name, int n, int mib, int threads, int 
     /* `distinct` quantized random rows, repeated */
     for (int r = 0; r < distinct && r < rows; r++) {
         tt->from_float(x + (size_t)(r % max_tok) * (size_t)n, w + (size_t)r * rb, n);
-        for (int i = 0; i < n; i++) x[(size_t)(r % max_tok) * (size_t)n + (size_t)i] = rp_rng_normal(&rng);
+        for (int i = 0; i < n; i++)
+            x[(size_t)(r % max_tok) * (size_t)n + (size_t)i] = rp_rng_normal(&rng);
     }
-    for (int r = distinct; r < rows; r++) memcpy(w + (size_t)r * rb, w + (size_t)(r % distinct) * rb, rb);
+    for (int r = distinct; r < rows; r++)
+        memcpy(w + (size_t)r * rb, w + (size_t)(r % distinct) * rb, rb);
     rp_tensor t = {.name = "bench",
                    .type = type,
                    .n_dims = 2,
@@ -140,11 +141,12 @@ static int kernel_bench(const char *type_name, int n, int mib, int threads, int 
         w = NULL;
         t.data = NULL;
     }
-    printf("matmul %s: %d rows x %d (%.1f MiB%s), %d threads, fastest of %d calls\n", tt->name, rows,
-           n, (double)rb * rows / 1048576.0, owned ? ", packed" : "", threads, reps);
+    printf("matmul %s: %d rows x %d (%.1f MiB%s), %d threads, fastest of %d calls\n", tt->name,
+           rows, n, (double)rb * rows / 1048576.0, owned ? ", packed" : "", threads, reps);
     printf("| tokens | ms/call | x one token | CPU ms/call | CPU x one | GB/s weights |\n");
     printf("|---:|---:|---:|---:|---:|---:|\n");
-    static const int counts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 32, 64, 512};
+    static const int counts[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10,
+                                 11, 12, 13, 14, 15, 16, 32, 64, 512};
     double t1 = 0, c1 = 0;
     for (size_t i = 0; i < RP_ARRAY_LEN(counts); i++) {
         const int nt = counts[i];

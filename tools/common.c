@@ -59,7 +59,9 @@ static bool parse_value(const char *cmd, const arg_opt *o, const char *flag, con
         *(float *)o->ptr = x;
         return true;
     }
-    case ARG_STR: *(const char **)o->ptr = v; return true;
+    case ARG_STR:
+        *(const char **)o->ptr = v;
+        return true;
     case ARG_STRS: {
         str_list *l = o->ptr;
         if (l->n >= (int)(sizeof l->v / sizeof l->v[0])) {
@@ -78,7 +80,8 @@ static bool parse_value(const char *cmd, const arg_opt *o, const char *flag, con
         *(int *)o->ptr = t;
         return true;
     }
-    default: return false;
+    default:
+        return false;
     }
 bad_int:
     tool_error(cmd, "%s expects %s integer, got '%s'", flag,
@@ -138,7 +141,8 @@ bool args_parse(const arg_spec *spec, int argc, char **argv, bool *help) {
         else if (i + 1 < argc)
             v = argv[++i];
         else {
-            tool_error(spec->cmd, "%s needs a value (%s)", flag, found->metavar ? found->metavar : "VALUE");
+            tool_error(spec->cmd, "%s needs a value (%s)", flag,
+                       found->metavar ? found->metavar : "VALUE");
             return false;
         }
         if (!parse_value(spec->cmd, found, flag, v)) return false;
@@ -172,7 +176,9 @@ static void log_to_stderr(rp_log_level level, const char *msg, void *user) {
     fprintf(stderr, "%s%s\n", tags[level], msg);
 }
 
-void tool_log_init(void) { rp_log_set(log_to_stderr, NULL); }
+void tool_log_init(void) {
+    rp_log_set(log_to_stderr, NULL);
+}
 
 void tool_error(const char *cmd, const char *fmt, ...) {
     va_list ap;
@@ -214,7 +220,8 @@ void progress_update(progress *p, float frac, const char *extra) {
     double el = t - p->t0;
     char eta[32] = "";
     if (frac > 0.01f && frac < 1.0f) snprintf(eta, sizeof eta, ", %.0fs left", el / frac - el);
-    fprintf(stderr, "\r\033[K%s %3d%%%s%s%s", p->label, pct, eta, extra ? " " : "", extra ? extra : "");
+    fprintf(stderr, "\r\033[K%s %3d%%%s%s%s", p->label, pct, eta, extra ? " " : "",
+            extra ? extra : "");
     fflush(stderr);
 }
 
@@ -233,7 +240,8 @@ void progress_done(progress *p) {
 /* ---- model options ------------------------------------------------------- */
 
 const char *const g_plan_help =
-    "layer plans (weights are shared by pointer: a repeated layer costs compute and KV, no memory):\n"
+    "layer plans (weights are shared by pointer: a repeated layer costs compute and KV, no "
+    "memory):\n"
     "  --repeat-layers SPEC  RYS blocks: 'i,j' or 'i-j' is the half-open range [i,j) of source\n"
     "                        layers, run a second time right after its first pass; several\n"
     "                        blocks separated by ';' (any order, must not overlap).\n"
@@ -256,13 +264,18 @@ const arg_opt *model_opts_table(model_opts *o) {
     static arg_opt t[14];
     arg_opt src[] = {
         {"-m|--model", ARG_STR, &o->model, "FILE", "GGUF model to load"},
-        {"-c|--ctx-size", ARG_U32, &o->n_ctx, "N", "context size per sequence (0 = model's, max 4096)"},
+        {"-c|--ctx-size", ARG_U32, &o->n_ctx, "N",
+         "context size per sequence (0 = model's, max 4096)"},
         {"-b|--batch-size", ARG_U32, &o->n_batch, "N", "tokens computed per pass (default 512)"},
         {"-t|--threads", ARG_INT, &o->n_threads, "N", "threads (default: physical cores)"},
-        {"-ctk|--cache-type-k", ARG_KVTYPE, &o->type_k, "TYPE", "KV cache type for K: f32 or f16 (default f16)"},
-        {"-ctv|--cache-type-v", ARG_KVTYPE, &o->type_v, "TYPE", "KV cache type for V: f32 or f16 (default f16)"},
-        {"--repeat-layers", ARG_STR, &o->repeat_layers, "SPEC", "RYS plan: repeat source layers [i,j) (see below)"},
-        {"--layer-map", ARG_STR, &o->layer_map, "MAP", "explicit plan: '0..15,11..31' or '0,1,2,2,3'"},
+        {"-ctk|--cache-type-k", ARG_KVTYPE, &o->type_k, "TYPE",
+         "KV cache type for K: f32 or f16 (default f16)"},
+        {"-ctv|--cache-type-v", ARG_KVTYPE, &o->type_v, "TYPE",
+         "KV cache type for V: f32 or f16 (default f16)"},
+        {"--repeat-layers", ARG_STR, &o->repeat_layers, "SPEC",
+         "RYS plan: repeat source layers [i,j) (see below)"},
+        {"--layer-map", ARG_STR, &o->layer_map, "MAP",
+         "explicit plan: '0..15,11..31' or '0,1,2,2,3'"},
         {"--plan", ARG_STR, &o->plan_file, "FILE",
          "plan file (reprise plan save) checked against the model"},
         {"--plan-force", ARG_FLAG, &o->plan_force, NULL,

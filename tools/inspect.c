@@ -34,12 +34,22 @@ static void print_scalar(FILE *fp, const rp_gguf_val *v) {
     case RP_GGUF_INT8:
     case RP_GGUF_INT16:
     case RP_GGUF_INT32:
-    case RP_GGUF_INT64: fprintf(fp, "%" PRId64, v->i); break;
+    case RP_GGUF_INT64:
+        fprintf(fp, "%" PRId64, v->i);
+        break;
     case RP_GGUF_FLOAT32:
-    case RP_GGUF_FLOAT64: fprintf(fp, "%.9g", v->f); break;
-    case RP_GGUF_BOOL: fputs(v->u ? "true" : "false", fp); break;
-    case RP_GGUF_STRING: print_escaped(fp, v->str.s, v->str.len, 160); break;
-    default: fprintf(fp, "%" PRIu64, v->u); break;
+    case RP_GGUF_FLOAT64:
+        fprintf(fp, "%.9g", v->f);
+        break;
+    case RP_GGUF_BOOL:
+        fputs(v->u ? "true" : "false", fp);
+        break;
+    case RP_GGUF_STRING:
+        print_escaped(fp, v->str.s, v->str.len, 160);
+        break;
+    default:
+        fprintf(fp, "%" PRIu64, v->u);
+        break;
     }
 }
 
@@ -85,11 +95,15 @@ static json_t *value_json(const rp_gguf_val *v, bool full) {
     case RP_GGUF_INT8:
     case RP_GGUF_INT16:
     case RP_GGUF_INT32:
-    case RP_GGUF_INT64: return json_integer(v->i);
+    case RP_GGUF_INT64:
+        return json_integer(v->i);
     case RP_GGUF_FLOAT32:
-    case RP_GGUF_FLOAT64: return json_real(v->f);
-    case RP_GGUF_BOOL: return json_boolean(v->u);
-    case RP_GGUF_STRING: return json_stringn_nocheck(v->str.s, (size_t)v->str.len);
+    case RP_GGUF_FLOAT64:
+        return json_real(v->f);
+    case RP_GGUF_BOOL:
+        return json_boolean(v->u);
+    case RP_GGUF_STRING:
+        return json_stringn_nocheck(v->str.s, (size_t)v->str.len);
     case RP_GGUF_ARRAY: {
         json_t *o = json_object();
         json_object_set_new(o, "element_type", json_string(rp_gguf_type_name((int)v->arr.type)));
@@ -109,7 +123,8 @@ static json_t *value_json(const rp_gguf_val *v, bool full) {
         json_object_set_new(o, full ? "items" : "first", items);
         return o;
     }
-    default: return json_integer((json_int_t)v->u);
+    default:
+        return json_integer((json_int_t)v->u);
     }
 }
 
@@ -148,7 +163,8 @@ int cmd_inspect(int argc, char **argv) {
     const arg_opt opts[] = {
         {"--json", ARG_FLAG, &json, NULL, "machine-readable output"},
         {"--full", ARG_FLAG, &full, NULL, "print arrays whole (JSON)"},
-        {"--repeat-layers", ARG_STR, &mo.repeat_layers, "SPEC", "also show the plan this spec builds"},
+        {"--repeat-layers", ARG_STR, &mo.repeat_layers, "SPEC",
+         "also show the plan this spec builds"},
         {"--layer-map", ARG_STR, &mo.layer_map, "MAP", "also show the plan this map builds"},
         {"--plan", ARG_STR, &mo.plan_file, "FILE",
          "also show the plan of this plan file (checked against FILE)"},
@@ -159,10 +175,14 @@ int cmd_inspect(int argc, char **argv) {
     const arg_opt *tables[] = {opts, NULL};
     const char *pos[1];
     int n_pos = 0;
-    arg_spec spec = {"inspect", "reprise inspect FILE [--json] [--repeat-layers SPEC]",
+    arg_spec spec = {"inspect",
+                     "reprise inspect FILE [--json] [--repeat-layers SPEC]",
                      "Header, metadata (long arrays summarised), tensor table with aliases "
                      "(tensors sharing data), and totals per type.",
-                     tables, pos, 1, &n_pos};
+                     tables,
+                     pos,
+                     1,
+                     &n_pos};
     bool help;
     if (!args_parse(&spec, argc, argv, &help)) return help ? 0 : 2;
     if (n_pos != 1) {
@@ -220,12 +240,14 @@ int cmd_inspect(int argc, char **argv) {
             json_object_set_new(o, "name", json_string(t->name));
             json_object_set_new(o, "type", json_string(rp_type_name((int)t->type)));
             json_t *shape = json_array();
-            for (uint32_t d = 0; d < t->n_dims; d++) json_array_append_new(shape, json_integer(t->ne[d]));
+            for (uint32_t d = 0; d < t->n_dims; d++)
+                json_array_append_new(shape, json_integer(t->ne[d]));
             json_object_set_new(o, "shape", shape);
             json_object_set_new(o, "offset", json_integer((json_int_t)t->offset));
             json_object_set_new(o, "bytes", json_integer((json_int_t)t->nbytes));
             if (alias[i] >= 0)
-                json_object_set_new(o, "alias_of", json_string(rp_gguf_tensor_at(g, (uint64_t)alias[i])->name));
+                json_object_set_new(o, "alias_of",
+                                    json_string(rp_gguf_tensor_at(g, (uint64_t)alias[i])->name));
             json_array_append_new(ts, o);
         }
         json_object_set_new(root, "tensors", ts);
@@ -242,7 +264,9 @@ int cmd_inspect(int argc, char **argv) {
             json_object_set_new(o, "parameters", json_integer((json_int_t)totals[ty].params));
             json_object_set_new(o, "bytes", json_integer((json_int_t)totals[ty].bytes));
             json_object_set_new(o, "bits_per_weight",
-                                json_real(totals[ty].params ? 8.0 * (double)totals[ty].bytes / (double)totals[ty].params : 0));
+                                json_real(totals[ty].params ? 8.0 * (double)totals[ty].bytes /
+                                                                  (double)totals[ty].params
+                                                            : 0));
             json_array_append_new(per, o);
         }
         json_object_set_new(tot, "per_type", per);
@@ -254,7 +278,8 @@ int cmd_inspect(int argc, char **argv) {
         printf("file:       %s\n", pos[0]);
         printf("format:     GGUF v%u, %" PRIu64 " bytes, alignment %" PRIu64
                ", tensor data at offset %" PRIu64 "\n",
-               rp_gguf_version(g), rp_gguf_file_size(g), rp_gguf_alignment(g), rp_gguf_data_offset(g));
+               rp_gguf_version(g), rp_gguf_file_size(g), rp_gguf_alignment(g),
+               rp_gguf_data_offset(g));
         printf("\nmetadata (%" PRIu64 " keys):\n", nk);
         for (uint64_t i = 0; i < nk; i++) {
             const rp_gguf_kv *kv = rp_gguf_kv_at(g, i);
@@ -265,25 +290,28 @@ int cmd_inspect(int argc, char **argv) {
             putchar('\n');
         }
         printf("\ntensors (%" PRIu64 "):\n", nt);
-        printf("  %5s  %-40s %-8s %-24s %12s %12s\n", "#", "name", "type", "shape", "offset", "bytes");
+        printf("  %5s  %-40s %-8s %-24s %12s %12s\n", "#", "name", "type", "shape", "offset",
+               "bytes");
         for (uint64_t i = 0; i < nt; i++) {
             const rp_gguf_tensor *t = rp_gguf_tensor_at(g, i);
             char sh[96];
             shape_str(t, sh, sizeof sh);
             printf("  %5" PRIu64 "  %-40s %-8s %-24s %12" PRIu64 " %12" PRIu64, i, t->name,
                    rp_type_name((int)t->type), sh, t->offset, t->nbytes);
-            if (alias[i] >= 0) printf("  alias of %s", rp_gguf_tensor_at(g, (uint64_t)alias[i])->name);
+            if (alias[i] >= 0)
+                printf("  alias of %s", rp_gguf_tensor_at(g, (uint64_t)alias[i])->name);
             putchar('\n');
         }
-        printf("\ntotals: %" PRIu64 " parameters, %" PRIu64 " bytes of tensor data (%.2f MiB)", params,
-               bytes, (double)bytes / 1048576.0);
+        printf("\ntotals: %" PRIu64 " parameters, %" PRIu64 " bytes of tensor data (%.2f MiB)",
+               params, bytes, (double)bytes / 1048576.0);
         if (n_alias) printf(", %" PRIu64 " aliased tensors stored once", n_alias);
         printf("\n  %-8s %8s %14s %14s %8s\n", "type", "tensors", "parameters", "bytes", "bpw");
         for (int ty = 0; ty < RP_TYPE_COUNT; ty++) {
             if (!totals[ty].tensors) continue;
             printf("  %-8s %8" PRIu64 " %14" PRIu64 " %14" PRIu64 " %8.4f\n", rp_type_name(ty),
                    totals[ty].tensors, totals[ty].params, totals[ty].bytes,
-                   totals[ty].params ? 8.0 * (double)totals[ty].bytes / (double)totals[ty].params : 0.0);
+                   totals[ty].params ? 8.0 * (double)totals[ty].bytes / (double)totals[ty].params
+                                     : 0.0);
         }
     }
     free(alias);
@@ -318,7 +346,8 @@ int cmd_gguf_copy(int argc, char **argv) {
     }
     s = rp_gguf_w_copy_kv(w, g);
     /* keep the source's convention for a tensor-less file's tail */
-    rp_gguf_w_set_pad_empty(w, rp_gguf_n_tensors(g) > 0 || rp_gguf_file_size(g) == rp_gguf_data_offset(g));
+    rp_gguf_w_set_pad_empty(w, rp_gguf_n_tensors(g) > 0 ||
+                                   rp_gguf_file_size(g) == rp_gguf_data_offset(g));
     for (uint64_t i = 0; !s && i < rp_gguf_n_tensors(g); i++) {
         const rp_gguf_tensor *t = rp_gguf_tensor_at(g, i);
         s = rp_gguf_w_add_tensor(w, t->name, (int)t->type, t->n_dims, t->ne, t->data);

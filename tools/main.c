@@ -29,9 +29,10 @@ static const command g_commands[] = {
 };
 
 static void usage(FILE *fp) {
-    fprintf(fp, "reprise %s: GGUF inference where the layers a model runs are a plan over weights "
-                "stored once\n\nusage: reprise COMMAND [options]   (reprise COMMAND --help)\n\n"
-                "commands:\n",
+    fprintf(fp,
+            "reprise %s: GGUF inference where the layers a model runs are a plan over weights "
+            "stored once\n\nusage: reprise COMMAND [options]   (reprise COMMAND --help)\n\n"
+            "commands:\n",
             RP_VERSION);
     for (size_t i = 0; i < sizeof g_commands / sizeof g_commands[0]; i++)
         fprintf(fp, "  %-12s %s\n", g_commands[i].name, g_commands[i].summary);

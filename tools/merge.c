@@ -39,11 +39,16 @@ int cmd_merge(int argc, char **argv) {
         {0},
     };
     const arg_opt *tables[] = {opts, model_opts_table(&mo), NULL};
-    arg_spec spec = {cmd, "reprise merge -m IN.gguf --repeat-layers SPEC -o OUT.gguf",
-                     "Writes the plan as a physically merged file: each step's tensors are copied to its new\n"
-                     "layer index and block_count is updated. The result costs the repeated layers' weights\n"
-                     "again; the runtime plan gives bit-identical logits without that cost.",
-                     tables, NULL, 0, NULL};
+    arg_spec spec = {
+        cmd,
+        "reprise merge -m IN.gguf --repeat-layers SPEC -o OUT.gguf",
+        "Writes the plan as a physically merged file: each step's tensors are copied to its new\n"
+        "layer index and block_count is updated. The result costs the repeated layers' weights\n"
+        "again; the runtime plan gives bit-identical logits without that cost.",
+        tables,
+        NULL,
+        0,
+        NULL};
     bool help;
     if (!args_parse(&spec, argc, argv, &help)) {
         if (help) printf("\n%s\n", g_plan_help);
@@ -73,8 +78,9 @@ int cmd_merge(int argc, char **argv) {
         const rp_gguf_kv *kv = rp_gguf_kv_at(g, i);
         const rp_gguf_val *v = &kv->val;
         size_t al = strlen(m->arch->name);
-        bool per_layer = !strncmp(kv->key, m->arch->name, al) && kv->key[al] == '.' && v->type == RP_GGUF_ARRAY &&
-                         v->arr.n == (uint64_t)n_layer && rp_gguf_type_size((int)v->arr.type) > 0;
+        bool per_layer = !strncmp(kv->key, m->arch->name, al) && kv->key[al] == '.' &&
+                         v->type == RP_GGUF_ARRAY && v->arr.n == (uint64_t)n_layer &&
+                         rp_gguf_type_size((int)v->arr.type) > 0;
         if (per_layer) {
             size_t es = rp_gguf_type_size((int)v->arr.type);
             uint8_t *raw = malloc(es * (size_t)n_new);
@@ -82,14 +88,16 @@ int cmd_merge(int argc, char **argv) {
                 s = RP_ERR_NOMEM;
                 break;
             }
-            for (int l = 0; l < n_new; l++) memcpy(raw + es * (size_t)l, v->arr.raw + es * (size_t)src_of(p, n_layer, l), es);
+            for (int l = 0; l < n_new; l++)
+                memcpy(raw + es * (size_t)l, v->arr.raw + es * (size_t)src_of(p, n_layer, l), es);
             s = rp_gguf_w_set_arr(w, kv->key, (int)v->arr.type, raw, (uint64_t)n_new);
             free(raw);
         } else {
             s = rp_gguf_w_set(w, kv->key, v);
         }
     }
-    if (!s) s = rp_gguf_w_set_u32(w, rp_arch_key(m, "block_count", key, sizeof key), (uint32_t)n_new);
+    if (!s)
+        s = rp_gguf_w_set_u32(w, rp_arch_key(m, "block_count", key, sizeof key), (uint32_t)n_new);
     if (!s) {
         char name[512];
         const char *old = rp_model_name(m);
@@ -102,7 +110,8 @@ int cmd_merge(int argc, char **argv) {
     for (uint64_t i = 0; !s && i < nt; i++) {
         const rp_gguf_tensor *t = rp_gguf_tensor_at(g, i);
         const char *rest;
-        if (blk_index(t->name, &rest) < 0) s = rp_gguf_w_add_tensor(w, t->name, (int)t->type, t->n_dims, t->ne, t->data);
+        if (blk_index(t->name, &rest) < 0)
+            s = rp_gguf_w_add_tensor(w, t->name, (int)t->type, t->n_dims, t->ne, t->data);
     }
     for (int l = 0; !s && l < n_new; l++) {
         int src = src_of(p, n_layer, l);
@@ -121,8 +130,8 @@ int cmd_merge(int argc, char **argv) {
     if (!s) s = rp_gguf_w_write(w, out, progress_cb, &pr);
     progress_done(&pr);
     if (!s && g_verbosity > 0)
-        fprintf(stderr, "wrote %s: %d layers (%d source + %d repeated steps), %.2f MiB\n", out, n_new, n_layer,
-                p->n_eff - p->n_src, (double)rp_gguf_w_size(w) / 1048576.0);
+        fprintf(stderr, "wrote %s: %d layers (%d source + %d repeated steps), %.2f MiB\n", out,
+                n_new, n_layer, p->n_eff - p->n_src, (double)rp_gguf_w_size(w) / 1048576.0);
     rp_gguf_writer_free(w);
     rp_context_free(c);
     rp_model_free(m);

@@ -23,7 +23,8 @@ static bool write_logits(const char *cmd, const char *path, rp_context *ctx, int
     }
     int nv = rp_n_vocab(ctx);
     bool ok = true;
-    for (int i = 0; i < n_tok && ok; i++) ok = fwrite(rp_get_logits(ctx, i), sizeof(float), (size_t)nv, fp) == (size_t)nv;
+    for (int i = 0; i < n_tok && ok; i++)
+        ok = fwrite(rp_get_logits(ctx, i), sizeof(float), (size_t)nv, fp) == (size_t)nv;
     ok = (fclose(fp) == 0) && ok;
     if (!ok || rename(tmp, path) != 0) {
         remove(tmp);
@@ -35,8 +36,9 @@ static bool write_logits(const char *cmd, const char *path, rp_context *ctx, int
 
 /* Generation with speculative decoding: the same stop rules, output and
  * timing line as plain decoding, and the draft's acceptance. */
-static int run_spec(const char *cmd, rp_spec *spc, const rp_vocab *vocab, const rp_sampler_params *sp,
-                    const int32_t *toks, size_t n_tok, int n_predict, uint32_t n_ctx) {
+static int run_spec(const char *cmd, rp_spec *spc, const rp_vocab *vocab,
+                    const rp_sampler_params *sp, const int32_t *toks, size_t n_tok, int n_predict,
+                    uint32_t n_ctx) {
     double t0 = now_s();
     rp_status s = rp_spec_seq_reset(spc, 0, sp);
     if (!s) s = rp_spec_seq_feed(spc, 0, toks, (int)n_tok);
@@ -71,7 +73,9 @@ static int run_spec(const char *cmd, rp_spec *spc, const rp_vocab *vocab, const 
         if (!done && (uint32_t)rp_spec_seq_len(spc, 0) > n_ctx) {
             stop_reason = "context full";
             if (g_verbosity > 0)
-                fprintf(stderr, "\nreprise run: context full (%u positions); stopping (raise -c for longer output)\n",
+                fprintf(stderr,
+                        "\nreprise run: context full (%u positions); stopping (raise -c for longer "
+                        "output)\n",
                         n_ctx);
             done = true;
         }
@@ -80,10 +84,11 @@ static int run_spec(const char *cmd, rp_spec *spc, const rp_vocab *vocab, const 
     fputc('\n', stdout);
     if (g_verbosity > 0) {
         fprintf(stderr,
-                "timing: prompt %zu tokens in %.1f ms (%.2f t/s); generation %d tokens in %.1f ms (%.2f t/s); "
+                "timing: prompt %zu tokens in %.1f ms (%.2f t/s); generation %d tokens in %.1f ms "
+                "(%.2f t/s); "
                 "stopped: %s\n",
-                n_tok, t_prompt * 1e3, (double)n_tok / (t_prompt > 0 ? t_prompt : 1e-9), n_gen, t_gen * 1e3,
-                n_gen / (t_gen > 0 ? t_gen : 1e-9), stop_reason);
+                n_tok, t_prompt * 1e3, (double)n_tok / (t_prompt > 0 ? t_prompt : 1e-9), n_gen,
+                t_gen * 1e3, n_gen / (t_gen > 0 ? t_gen : 1e-9), stop_reason);
         const rp_spec_stats st = rp_spec_get_stats(spc, 0);
         char line[256];
         spec_format_stats(line, sizeof line, &st);
@@ -107,26 +112,36 @@ int cmd_run(int argc, char **argv) {
     const arg_opt opts[] = {
         {"-p|--prompt", ARG_STR, &prompt, "TEXT", "prompt"},
         {"-f|--file", ARG_STR, &file, "FILE", "read the prompt from a file"},
-        {"--tokens", ARG_STR, &tokens_arg, "IDS", "prompt as raw token ids '1,2,3' (no tokenizer, no BOS added)"},
-        {"-n|--n-predict", ARG_INT, &n_predict, "N", "tokens to generate (-1 = until end of text or full context)"},
+        {"--tokens", ARG_STR, &tokens_arg, "IDS",
+         "prompt as raw token ids '1,2,3' (no tokenizer, no BOS added)"},
+        {"-n|--n-predict", ARG_INT, &n_predict, "N",
+         "tokens to generate (-1 = until end of text or full context)"},
         {"-s|--seed", ARG_U64, &seed, "N", "sampling seed (default 4294967295)"},
         {"--temp", ARG_FLOAT, &sp.temp, "T", "temperature (0 = greedy; default 0.8)"},
         {"--top-k", ARG_INT, &sp.top_k, "K", "top-k (0 = off; default 40)"},
         {"--top-p", ARG_FLOAT, &sp.top_p, "P", "top-p (1 = off; default 0.95)"},
         {"--min-p", ARG_FLOAT, &sp.min_p, "P", "min-p (0 = off; default 0.05)"},
         {"--repeat-penalty", ARG_FLOAT, &repeat_penalty, "F", "repetition penalty (1 = off)"},
-        {"--repeat-last-n", ARG_INT, &sp.penalty_last_n, "N", "tokens the penalties look back (default 64, -1 = all)"},
+        {"--repeat-last-n", ARG_INT, &sp.penalty_last_n, "N",
+         "tokens the penalties look back (default 64, -1 = all)"},
         {"--frequency-penalty", ARG_FLOAT, &sp.freq_penalty, "F", "frequency penalty (0 = off)"},
         {"--presence-penalty", ARG_FLOAT, &sp.presence_penalty, "F", "presence penalty (0 = off)"},
-        {"--dump-logits", ARG_STR, &dump, "FILE", "write the prompt's logits (float32, n_tokens x n_vocab) and stop"},
-        {"--no-parse-special", ARG_FLAG, &no_special, NULL, "treat control-token text in the prompt as plain text"},
+        {"--dump-logits", ARG_STR, &dump, "FILE",
+         "write the prompt's logits (float32, n_tokens x n_vocab) and stop"},
+        {"--no-parse-special", ARG_FLAG, &no_special, NULL,
+         "treat control-token text in the prompt as plain text"},
         {0},
     };
     const arg_opt *tables[] = {opts, model_opts_table(&mo), spec_opts_table(&so), NULL};
-    arg_spec spec = {cmd, "reprise run -m MODEL -p PROMPT [options]",
-                     "Generates a continuation of the prompt. stdout carries only the generated text, streamed;\n"
+    arg_spec spec = {cmd,
+                     "reprise run -m MODEL -p PROMPT [options]",
+                     "Generates a continuation of the prompt. stdout carries only the generated "
+                     "text, streamed;\n"
                      "the model, the plan and a timing line go to stderr.\n\n",
-                     tables, NULL, 0, NULL};
+                     tables,
+                     NULL,
+                     0,
+                     NULL};
     bool help;
     if (!args_parse(&spec, argc, argv, &help)) {
         if (help) printf("\n%s\n\n%s\n", g_plan_help, g_spec_help);
@@ -136,7 +151,8 @@ int cmd_run(int argc, char **argv) {
     sp.repeat_penalty = repeat_penalty;
     if (!spec_opts_check(cmd, &so, &mo)) return 2;
     if (spec_opts_active(&so) && dump) {
-        tool_error(cmd, "--dump-logits writes the prompt's logits; it does not combine with speculative decoding");
+        tool_error(cmd, "--dump-logits writes the prompt's logits; it does not combine with "
+                        "speculative decoding");
         return 2;
     }
     if (sp.temp < 0) sp.temp = 0;
@@ -149,7 +165,9 @@ int cmd_run(int argc, char **argv) {
         return 2;
     }
     if (sp.top_p <= 0 || sp.top_p > 1 || sp.min_p < 0 || sp.min_p > 1 || repeat_penalty <= 0) {
-        tool_error(cmd, "sampling values out of range (top-p in (0,1], min-p in [0,1], repeat-penalty > 0)");
+        tool_error(
+            cmd,
+            "sampling values out of range (top-p in (0,1], min-p in [0,1], repeat-penalty > 0)");
         return 2;
     }
     rp_model *model;
@@ -190,12 +208,14 @@ int cmd_run(int argc, char **argv) {
     int nv = rp_n_vocab(ctx);
     for (size_t i = 0; i < n_tok; i++)
         if (toks[i] < 0 || toks[i] >= nv) {
-            tool_error(cmd, "token id %d at prompt position %zu is outside the vocabulary (0..%d)", toks[i], i, nv - 1);
+            tool_error(cmd, "token id %d at prompt position %zu is outside the vocabulary (0..%d)",
+                       toks[i], i, nv - 1);
             goto out;
         }
     uint32_t n_ctx = rp_context_n_ctx(ctx);
     if (n_tok > n_ctx) {
-        tool_error(cmd, "the prompt has %zu tokens, more than the context size %u (raise -c)", n_tok, n_ctx);
+        tool_error(cmd, "the prompt has %zu tokens, more than the context size %u (raise -c)",
+                   n_tok, n_ctx);
         goto out;
     }
     if (spec_opts_active(&so)) {
@@ -217,7 +237,8 @@ int cmd_run(int argc, char **argv) {
     double t_prompt = now_s() - t0;
     if (dump) {
         ret = write_logits(cmd, dump, ctx, (int)n_tok) ? 0 : 1;
-        if (!ret && g_verbosity > 0) fprintf(stderr, "wrote %zu x %d logits to %s\n", n_tok, nv, dump);
+        if (!ret && g_verbosity > 0)
+            fprintf(stderr, "wrote %zu x %d logits to %s\n", n_tok, nv, dump);
         goto out;
     }
     smp = rp_sampler_new(&sp, nv);
@@ -246,7 +267,9 @@ int cmd_run(int argc, char **argv) {
         if ((uint32_t)rp_kv_seq_len(ctx, 0) >= n_ctx) {
             stop_reason = "context full";
             if (g_verbosity > 0)
-                fprintf(stderr, "\nreprise run: context full (%u positions); stopping (raise -c for longer output)\n",
+                fprintf(stderr,
+                        "\nreprise run: context full (%u positions); stopping (raise -c for longer "
+                        "output)\n",
                         n_ctx);
             break;
         }
@@ -262,10 +285,11 @@ int cmd_run(int argc, char **argv) {
     fputc('\n', stdout);
     if (g_verbosity > 0)
         fprintf(stderr,
-                "timing: prompt %zu tokens in %.1f ms (%.2f t/s); generation %d tokens in %.1f ms (%.2f t/s); "
+                "timing: prompt %zu tokens in %.1f ms (%.2f t/s); generation %d tokens in %.1f ms "
+                "(%.2f t/s); "
                 "stopped: %s\n",
-                n_tok, t_prompt * 1e3, (double)n_tok / (t_prompt > 0 ? t_prompt : 1e-9), n_gen, t_gen * 1e3,
-                n_gen / (t_gen > 0 ? t_gen : 1e-9), stop_reason);
+                n_tok, t_prompt * 1e3, (double)n_tok / (t_prompt > 0 ? t_prompt : 1e-9), n_gen,
+                t_gen * 1e3, n_gen / (t_gen > 0 ? t_gen : 1e-9), stop_reason);
     ret = 0;
 out:
     rp_spec_free(spc);
@@ -287,13 +311,19 @@ int cmd_tokenize(int argc, char **argv) {
         {"-p|--prompt", ARG_STR, &prompt, "TEXT", "text to tokenize"},
         {"-f|--file", ARG_STR, &file, "FILE", "read the text from a file"},
         {"--no-bos", ARG_FLAG, &no_bos, NULL, "do not add BOS/EOS"},
-        {"--no-parse-special", ARG_FLAG, &no_special, NULL, "treat control-token text as plain text"},
+        {"--no-parse-special", ARG_FLAG, &no_special, NULL,
+         "treat control-token text as plain text"},
         {"--pieces", ARG_FLAG, &pieces, NULL, "print 'id piece' per line"},
         {0},
     };
     const arg_opt *tables[] = {opts, NULL};
-    arg_spec spec = {cmd, "reprise tokenize -m MODEL -p TEXT [--no-bos]", "Prints the token ids on one line.", tables,
-                     NULL, 0, NULL};
+    arg_spec spec = {cmd,
+                     "reprise tokenize -m MODEL -p TEXT [--no-bos]",
+                     "Prints the token ids on one line.",
+                     tables,
+                     NULL,
+                     0,
+                     NULL};
     bool help;
     if (!args_parse(&spec, argc, argv, &help)) return help ? 0 : 2;
     if (!model_path || (!prompt && !file)) {

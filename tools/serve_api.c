@@ -296,7 +296,8 @@ static bool read_messages(srv_server *srv, const json_t *body, int32_t **toks, i
     json_t *m = json_object_get(body, "messages");
     if (!m || json_is_null(m)) return refuse(e, 400, "missing_field", "'messages' is required");
     if (!json_is_array(m))
-        return refuse(e, 400, "invalid_type", "'messages' must be an array, got %s", rp_json_kind(m));
+        return refuse(e, 400, "invalid_type", "'messages' must be an array, got %s",
+                      rp_json_kind(m));
     size_t k = json_array_size(m);
     if (k == 0) return refuse(e, 422, "invalid_value", "'messages' is empty");
     if (!srv->chat_ok)
@@ -634,7 +635,8 @@ static bool read_bool(const json_t *body, const char *name, bool *out, api_err *
     json_t *v = json_object_get(body, name);
     if (!v || json_is_null(v)) return true;
     if (!json_is_boolean(v))
-        return refuse(e, 400, "invalid_type", "'%s' must be a boolean, got %s", name, rp_json_kind(v));
+        return refuse(e, 400, "invalid_type", "'%s' must be a boolean, got %s", name,
+                      rp_json_kind(v));
     *out = json_is_true(v);
     return true;
 }
@@ -647,9 +649,9 @@ enum MHD_Result api_tokenize(srv_req *r, json_t *body) {
     if (!c || json_is_null(c))
         return reply_refusal(r, (refuse(&e, 400, "missing_field", "'content' is required"), &e));
     if (!json_is_string(c))
-        return reply_refusal(
-            r, (refuse(&e, 400, "invalid_type", "'content' must be a string, got %s", rp_json_kind(c)),
-                &e));
+        return reply_refusal(r, (refuse(&e, 400, "invalid_type",
+                                        "'content' must be a string, got %s", rp_json_kind(c)),
+                                 &e));
     if (!read_bool(body, "add_special", &add_special, &e) ||
         !read_bool(body, "parse_special", &parse_special, &e) ||
         !read_bool(body, "with_pieces", &with_pieces, &e))
@@ -690,9 +692,9 @@ enum MHD_Result api_detokenize(srv_req *r, json_t *body) {
     if (!a || json_is_null(a))
         return reply_refusal(r, (refuse(&e, 400, "missing_field", "'tokens' is required"), &e));
     if (!json_is_array(a))
-        return reply_refusal(
-            r, (refuse(&e, 400, "invalid_type", "'tokens' must be an array, got %s", rp_json_kind(a)),
-                &e));
+        return reply_refusal(r, (refuse(&e, 400, "invalid_type",
+                                        "'tokens' must be an array, got %s", rp_json_kind(a)),
+                                 &e));
     int32_t *toks = NULL;
     int n = 0;
     if (!token_array(srv, a, "tokens", &toks, &n, &e)) {

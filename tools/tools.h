@@ -86,7 +86,7 @@ typedef struct model_opts {
     const char *layer_map;
     bool dump_plan;
     bool quiet;
-    bool keep_hidden; /* the context keeps final hidden states (speculative MTP drafting) */
+    bool keep_hidden;      /* the context keeps final hidden states (speculative MTP drafting) */
     const char *plan_file; /* --plan FILE: a plan file (tools/plan.c) */
     bool plan_force;       /* --plan-force: accept weights whose content hash differs */
 } model_opts;
@@ -123,7 +123,7 @@ void tool_print_plan(FILE *fp, const rp_context *ctx);
 
 /* Text helpers. */
 char *tool_read_text(const char *cmd, const char *path, size_t *len); /* NULL on error */
-bool parse_int_list(const char *s, int32_t **out, size_t *n); /* "1,2,3" or "1 2 3" */
+bool parse_int_list(const char *s, int32_t **out, size_t *n);         /* "1,2,3" or "1 2 3" */
 
 /* ---- subcommands ---------------------------------------------------------- */
 

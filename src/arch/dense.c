@@ -9,8 +9,10 @@ rp_status rp_dense_bind_layer(rp_model *m, int l, const rp_dense_cfg *cfg) {
     rp_layer *L = &m->layers[l];
     const rp_layer_info *li = &m->info[l];
     const int64_t E = m->hp.n_embd;
-    const int64_t nq = (int64_t)li->n_head * li->head_dim_k, nk = (int64_t)li->n_head_kv * li->head_dim_k,
-                  nv = (int64_t)li->n_head_kv * li->head_dim_v, no = (int64_t)li->n_head * li->head_dim_v;
+    const int64_t nq = (int64_t)li->n_head * li->head_dim_k,
+                  nk = (int64_t)li->n_head_kv * li->head_dim_k,
+                  nv = (int64_t)li->n_head_kv * li->head_dim_v,
+                  no = (int64_t)li->n_head * li->head_dim_v;
     rp_status s;
 #define BIND(dst, req, a, b, name)                                                                 \
     if ((s = rp_bind(m, &L->dst, req, a, b, "blk.%d." name, l))) return s
@@ -41,16 +43,16 @@ rp_status rp_dense_bind_layer(rp_model *m, int l, const rp_dense_cfg *cfg) {
 
 /* Scratch of one context: every buffer sized for n_ubatch tokens. */
 typedef struct dense_ctx {
-    float *x;    /* [n_ub][n_embd] residual stream */
-    float *xn;   /* [n_ub][n_embd] normed input of a sublayer */
-    float *tmp;  /* [n_ub][max(n_embd, q width)] sublayer output */
-    float *q;    /* [n_ub][n_head * head_dim_k] */
-    float *k;    /* [n_ub][n_head_kv * head_dim_k] */
-    float *v;    /* [n_ub][n_head_kv * head_dim_v] */
-    float *att;  /* [n_ub][n_head * head_dim_v] */
-    float *gate; /* [n_ub][n_ff] */
-    float *up;   /* [n_ub][n_ff] */
-    float *rope[2]; /* [n_ub][n_rot] cos/sin per rope set */
+    float *x;              /* [n_ub][n_embd] residual stream */
+    float *xn;             /* [n_ub][n_embd] normed input of a sublayer */
+    float *tmp;            /* [n_ub][max(n_embd, q width)] sublayer output */
+    float *q;              /* [n_ub][n_head * head_dim_k] */
+    float *k;              /* [n_ub][n_head_kv * head_dim_k] */
+    float *v;              /* [n_ub][n_head_kv * head_dim_v] */
+    float *att;            /* [n_ub][n_head * head_dim_v] */
+    float *gate;           /* [n_ub][n_ff] */
+    float *up;             /* [n_ub][n_ff] */
+    float *rope[2];        /* [n_ub][n_rot] cos/sin per rope set */
     const rp_kv_view **kv; /* [n_ub] */
     void *block;
 } dense_ctx;
@@ -70,9 +72,11 @@ rp_status rp_dense_ctx_init(rp_context *c) {
     const size_t E = (size_t)m->hp.n_embd;
     const size_t wt = RP_MAX(E, RP_MAX(wq, wo));
     size_t nrot = (size_t)RP_MAX(m->hp.rope[0].n_rot, m->hp.rope[1].n_rot);
-    size_t sizes[] = {n * E, n * E, n * wt, n * wq, n * wk, n * wv, n * wo, n * wf, n * wf, n * nrot + 1, n * nrot + 1};
+    size_t sizes[] = {n * E,  n * E,  n * wt, n * wq,       n * wk,      n * wv,
+                      n * wo, n * wf, n * wf, n * nrot + 1, n * nrot + 1};
     size_t total = 0;
-    for (size_t i = 0; i < RP_ARRAY_LEN(sizes); i++) total += rp_align_up(sizes[i] * sizeof(float), 64);
+    for (size_t i = 0; i < RP_ARRAY_LEN(sizes); i++)
+        total += rp_align_up(sizes[i] * sizeof(float), 64);
     dense_ctx *d = rp_calloc(1, sizeof *d, "dense scratch");
     if (!d) return RP_ERR_NOMEM;
     d->block = rp_alloc_aligned(total, "activation scratch");
@@ -83,7 +87,8 @@ rp_status rp_dense_ctx_init(rp_context *c) {
         free(d);
         return RP_ERR_NOMEM;
     }
-    float **dst[] = {&d->x, &d->xn, &d->tmp, &d->q, &d->k, &d->v, &d->att, &d->gate, &d->up, &d->rope[0], &d->rope[1]};
+    float **dst[] = {&d->x,   &d->xn,   &d->tmp, &d->q,       &d->k,      &d->v,
+                     &d->att, &d->gate, &d->up,  &d->rope[0], &d->rope[1]};
     char *p = d->block;
     for (size_t i = 0; i < RP_ARRAY_LEN(sizes); i++) {
         *dst[i] = (float *)p;
@@ -107,7 +112,8 @@ static void add_bias(float *x, const rp_tensor *b, int n_rows, int width) {
     for (int r = 0; r < n_rows; r++) rp_add(x + (size_t)r * (size_t)width, b->data, width);
 }
 
-static void norm_rows(float *y, const float *x, const rp_tensor *w, const rp_tensor *b, int n, int rows, float eps) {
+static void norm_rows(float *y, const float *x, const rp_tensor *w, const rp_tensor *b, int n,
+                      int rows, float eps) {
     if (b)
         rp_layernorm(y, x, w->data, b->data, n, rows, eps);
     else
@@ -188,14 +194,15 @@ rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
         rp_matmul(&c->cc, L->wo, d->att, n, d->tmp);
         add_bias(d->tmp, L->bo, n, E);
         if (L->attn_post_norm) rp_rmsnorm(d->tmp, d->tmp, L->attn_post_norm->data, E, n, hp->eps);
-        for (int t = 0; t < n; t++) rp_add(d->x + (size_t)t * (size_t)E, d->tmp + (size_t)t * (size_t)E, E);
+        for (int t = 0; t < n; t++)
+            rp_add(d->x + (size_t)t * (size_t)E, d->tmp + (size_t)t * (size_t)E, E);
 
         /* After the last step's attention only the output rows matter. */
         if (e == plan->n_eff - 1 && ub->n_out < n) {
             for (int i = 0; i < ub->n_out; i++)
                 if (ub->out_rows[i] != i)
-                    memmove(d->x + (size_t)i * (size_t)E, d->x + (size_t)ub->out_rows[i] * (size_t)E,
-                            (size_t)E * sizeof(float));
+                    memmove(d->x + (size_t)i * (size_t)E,
+                            d->x + (size_t)ub->out_rows[i] * (size_t)E, (size_t)E * sizeof(float));
             n = ub->n_out;
             compacted = true;
             if (!n) break;
@@ -217,7 +224,8 @@ rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
             rp_gelu_erf_mul(d->gate, d->up, (int)nf);
         rp_matmul(&c->cc, L->ffn_down, d->gate, n, d->tmp);
         if (L->ffn_post_norm) rp_rmsnorm(d->tmp, d->tmp, L->ffn_post_norm->data, E, n, hp->eps);
-        for (int t = 0; t < n; t++) rp_add(d->x + (size_t)t * (size_t)E, d->tmp + (size_t)t * (size_t)E, E);
+        for (int t = 0; t < n; t++)
+            rp_add(d->x + (size_t)t * (size_t)E, d->tmp + (size_t)t * (size_t)E, E);
     }
     if (e_end < plan->n_eff) {
         memcpy(ub->x_out, d->x, (size_t)n * (size_t)E * sizeof(float));

@@ -10,12 +10,17 @@
 
 /* RP_ACT_GELU_TANH_F16: tanh GELU evaluated through fp16 as ggml's CPU backend
  * does (rp_gelu_tanh_f16_mul), for architectures matched against llama.cpp. */
-typedef enum rp_act { RP_ACT_SILU = 0, RP_ACT_GELU_TANH = 1, RP_ACT_GELU_ERF = 2, RP_ACT_GELU_TANH_F16 = 3 } rp_act;
+typedef enum rp_act {
+    RP_ACT_SILU = 0,
+    RP_ACT_GELU_TANH = 1,
+    RP_ACT_GELU_ERF = 2,
+    RP_ACT_GELU_TANH_F16 = 3
+} rp_act;
 
 typedef struct rp_dense_cfg {
-    rp_act act;       /* gate activation of the gated FFN */
-    bool qk_norm;     /* per-head RMSNorm of q and k before RoPE (qwen3, gemma3) */
-    bool post_norms;  /* RMSNorm after attention and after the FFN, before the residual (gemma) */
+    rp_act act;      /* gate activation of the gated FFN */
+    bool qk_norm;    /* per-head RMSNorm of q and k before RoPE (qwen3, gemma3) */
+    bool post_norms; /* RMSNorm after attention and after the FFN, before the residual (gemma) */
 } rp_dense_cfg;
 
 /* Binds the standard per-layer tensors of layer l (attn_norm, q/k/v/o with

@@ -27,20 +27,27 @@ static rp_status load_llama(rp_model *m) {
     return RP_OK;
 }
 
-static rp_status load_qwen2(rp_model *m) { return load_common(m, &cfg_llama, RP_ROPE_NEOX); }
-static rp_status load_qwen3(rp_model *m) { return load_common(m, &cfg_qwen3, RP_ROPE_NEOX); }
+static rp_status load_qwen2(rp_model *m) {
+    return load_common(m, &cfg_llama, RP_ROPE_NEOX);
+}
+static rp_status load_qwen3(rp_model *m) {
+    return load_common(m, &cfg_qwen3, RP_ROPE_NEOX);
+}
 
 /* Random llama/qwen2/qwen3 weights with the tensor names llama.cpp uses. */
-static rp_status synth_dense(rp_synth *s, const rp_synth_params *p, bool qkv_bias, bool qk_norm, float rope_base) {
+static rp_status synth_dense(rp_synth *s, const rp_synth_params *p, bool qkv_bias, bool qk_norm,
+                             float rope_base) {
     const int hd = p->head_dim ? p->head_dim : p->n_embd / p->n_head;
     const int nkv = p->n_head_kv ? p->n_head_kv : p->n_head;
-    rp_status st = rp_synth_transformer_keys(s, p, p->rope_base > 0 ? p->rope_base : rope_base, 1e-6f);
+    rp_status st =
+        rp_synth_transformer_keys(s, p, p->rope_base > 0 ? p->rope_base : rope_base, 1e-6f);
     st = st ? st : rp_synth_weight(s, p->n_embd, p->n_vocab, "token_embd.weight");
     st = st ? st : rp_synth_norm(s, p->n_embd, "output_norm.weight");
     if (!p->tied) st = st ? st : rp_synth_weight(s, p->n_embd, p->n_vocab, "output.weight");
     for (int l = 0; l < p->n_layer && !st; l++) {
         st = rp_synth_norm(s, p->n_embd, "blk.%d.attn_norm.weight", l);
-        st = st ? st : rp_synth_weight(s, p->n_embd, (int64_t)p->n_head * hd, "blk.%d.attn_q.weight", l);
+        st = st ? st
+                : rp_synth_weight(s, p->n_embd, (int64_t)p->n_head * hd, "blk.%d.attn_q.weight", l);
         st = st ? st : rp_synth_weight(s, p->n_embd, (int64_t)nkv * hd, "blk.%d.attn_k.weight", l);
         st = st ? st : rp_synth_weight(s, p->n_embd, (int64_t)nkv * hd, "blk.%d.attn_v.weight", l);
         if (qkv_bias) {
@@ -52,7 +59,9 @@ static rp_status synth_dense(rp_synth *s, const rp_synth_params *p, bool qkv_bia
             st = st ? st : rp_synth_norm(s, hd, "blk.%d.attn_q_norm.weight", l);
             st = st ? st : rp_synth_norm(s, hd, "blk.%d.attn_k_norm.weight", l);
         }
-        st = st ? st : rp_synth_weight(s, (int64_t)p->n_head * hd, p->n_embd, "blk.%d.attn_output.weight", l);
+        st = st ? st
+                : rp_synth_weight(s, (int64_t)p->n_head * hd, p->n_embd,
+                                  "blk.%d.attn_output.weight", l);
         st = st ? st : rp_synth_norm(s, p->n_embd, "blk.%d.ffn_norm.weight", l);
         st = st ? st : rp_synth_weight(s, p->n_embd, p->n_ff, "blk.%d.ffn_gate.weight", l);
         st = st ? st : rp_synth_weight(s, p->n_embd, p->n_ff, "blk.%d.ffn_up.weight", l);
@@ -61,11 +70,19 @@ static rp_status synth_dense(rp_synth *s, const rp_synth_params *p, bool qkv_bia
     return st;
 }
 
-static rp_status synth_llama(rp_synth *s, const rp_synth_params *p) { return synth_dense(s, p, false, false, 10000.0f); }
-static rp_status synth_qwen2(rp_synth *s, const rp_synth_params *p) { return synth_dense(s, p, true, false, 1e6f); }
-static rp_status synth_qwen3(rp_synth *s, const rp_synth_params *p) { return synth_dense(s, p, false, true, 1e6f); }
+static rp_status synth_llama(rp_synth *s, const rp_synth_params *p) {
+    return synth_dense(s, p, false, false, 10000.0f);
+}
+static rp_status synth_qwen2(rp_synth *s, const rp_synth_params *p) {
+    return synth_dense(s, p, true, false, 1e6f);
+}
+static rp_status synth_qwen3(rp_synth *s, const rp_synth_params *p) {
+    return synth_dense(s, p, false, true, 1e6f);
+}
 
-static void unload_static(rp_model *m) { m->arch_data = NULL; }
+static void unload_static(rp_model *m) {
+    m->arch_data = NULL;
+}
 
 #define DENSE_ARCH(var, nm, loadfn, synthfn)                                                       \
     const rp_arch var = {.name = nm,                                                               \

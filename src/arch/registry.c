@@ -11,13 +11,8 @@ extern const rp_arch rp_arch_zamba2;
 extern const rp_arch rp_arch_gemma2, rp_arch_gemma3;
 
 static const rp_arch *const g_archs[] = {
-    &rp_arch_llama,
-    &rp_arch_qwen2,
-    &rp_arch_qwen3,
-    &rp_arch_qwen35,
-    &rp_arch_zamba2,
-    &rp_arch_gemma2,
-    &rp_arch_gemma3,
+    &rp_arch_llama,  &rp_arch_qwen2,  &rp_arch_qwen3,  &rp_arch_qwen35,
+    &rp_arch_zamba2, &rp_arch_gemma2, &rp_arch_gemma3,
 };
 
 const rp_arch *rp_arch_find(const char *name) {

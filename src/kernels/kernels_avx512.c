@@ -1035,12 +1035,24 @@ static inline void store_panel(float *y, int64_t r0, int64_t rows, __m512 v) {
                 const uint8_t *e0 = (const uint8_t *)xe + (size_t)t0 * lde;                        \
                 float *y0 = y + (size_t)t0 * ldy;                                                  \
                 switch (nt - t0 < (TT_MAX) ? nt - t0 : (TT_MAX)) {                                 \
-                case 1: TILE(TILE_ARGS, 1); break;                                                 \
-                case 2: TILE(TILE_ARGS, 2); break;                                                 \
-                case 3: TILE(TILE_ARGS, 3 <= (TT_MAX) ? 3 : 1); break;                             \
-                case 4: TILE(TILE_ARGS, 4 <= (TT_MAX) ? 4 : 1); break;                             \
-                case 5: TILE(TILE_ARGS, 5 <= (TT_MAX) ? 5 : 1); break;                             \
-                default: TILE(TILE_ARGS, 6 <= (TT_MAX) ? 6 : 1); break;                            \
+                case 1:                                                                            \
+                    TILE(TILE_ARGS, 1);                                                            \
+                    break;                                                                         \
+                case 2:                                                                            \
+                    TILE(TILE_ARGS, 2);                                                            \
+                    break;                                                                         \
+                case 3:                                                                            \
+                    TILE(TILE_ARGS, 3 <= (TT_MAX) ? 3 : 1);                                        \
+                    break;                                                                         \
+                case 4:                                                                            \
+                    TILE(TILE_ARGS, 4 <= (TT_MAX) ? 4 : 1);                                        \
+                    break;                                                                         \
+                case 5:                                                                            \
+                    TILE(TILE_ARGS, 5 <= (TT_MAX) ? 5 : 1);                                        \
+                    break;                                                                         \
+                default:                                                                           \
+                    TILE(TILE_ARGS, 6 <= (TT_MAX) ? 6 : 1);                                        \
+                    break;                                                                         \
                 }                                                                                  \
             }                                                                                      \
         }                                                                                          \
@@ -1085,8 +1097,7 @@ static void p8_pack(int64_t n, int64_t rows, const void *w, size_t ldw, void *ds
         }
 }
 
-static void p8_unpack(int64_t n, const void *packed, int64_t r, int64_t b0, int64_t b1,
-                      void *row) {
+static void p8_unpack(int64_t n, const void *packed, int64_t r, int64_t b0, int64_t b1, void *row) {
     block_q8_0 *x = row;
     for (int64_t b = b0; b < b1; b++, x++) {
         const uint8_t *o = panel_block(packed, n / 32, r, b, P8_BYTES);
@@ -1388,9 +1399,8 @@ ALWAYS_INLINE void p4k_tile(TILE_PARAMS, const int TT) {
                 _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(pw + P4K_SC + 32 * c + 16)));
             UNROLL8
             for (int t = 0; t < TT; t++)
-                sum[t] = _mm512_add_epi32(
-                    sum[t], _mm512_add_epi32(_mm512_mullo_epi32(lo[t], sc0),
-                                             _mm512_mullo_epi32(hi[t], sc1)));
+                sum[t] = _mm512_add_epi32(sum[t], _mm512_add_epi32(_mm512_mullo_epi32(lo[t], sc0),
+                                                                   _mm512_mullo_epi32(hi[t], sc1)));
         }
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pw + P4K_D)));
         const __m512 dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pw + P4K_D + 32)));
@@ -1402,8 +1412,7 @@ ALWAYS_INLINE void p4k_tile(TILE_PARAMS, const int TT) {
             for (int q = 0; q < 4; q++)
                 ms = _mm512_dpwssd_epi32(ms, _mm512_load_si512(pw + P4K_MN + 64 * q),
                                          _mm512_set1_epi32((int)S[q]));
-            const __m512 dx =
-                _mm512_set1_ps(((const block_q8_K *)(xq + (size_t)t * ldx))[sb].d);
+            const __m512 dx = _mm512_set1_ps(((const block_q8_K *)(xq + (size_t)t * ldx))[sb].d);
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]), _mm512_mul_ps(dw, dx), acc[t]);
             accm[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ms), _mm512_mul_ps(dmw, dx), accm[t]);
         }
@@ -1525,8 +1534,8 @@ ALWAYS_INLINE void p6k_tile(TILE_PARAMS, const int TT) {
         __m512 d[6];
         UNROLL8
         for (int t = 0; t < TT; t++)
-            d[t] = _mm512_mul_ps(
-                _mm512_set1_ps(((const block_q8_K *)(xq + (size_t)t * ldx))[sb].d), dw);
+            d[t] = _mm512_mul_ps(_mm512_set1_ps(((const block_q8_K *)(xq + (size_t)t * ldx))[sb].d),
+                                 dw);
         UNROLL8
         for (int l = 0; l < 8; l++) {
             __m512i sum[6];
@@ -1545,9 +1554,9 @@ ALWAYS_INLINE void p6k_tile(TILE_PARAMS, const int TT) {
                                                  _mm512_and_si512(w1, m4), 0xCA);
                 q[2] = _mm512_ternarylogic_epi32(
                     m30, qh, _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4), 0xCA);
-                q[3] = _mm512_ternarylogic_epi32(m30, _mm512_srli_epi16(qh, 2),
-                                                 _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4),
-                                                 0xCA);
+                q[3] =
+                    _mm512_ternarylogic_epi32(m30, _mm512_srli_epi16(qh, 2),
+                                              _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4), 0xCA);
                 UNROLL8
                 for (int t = 0; t < TT; t++) {
                     const int8_t *xs = ((const block_q8_K *)(xq + (size_t)t * ldx))[sb].qs;
@@ -1802,23 +1811,40 @@ static void attn_split_avx512(const rp_attn_split *a, float *m_out, float *l_out
             for (int t0 = base; t0 < ke; t0 += 16) {
                 const __m512 s = _mm512_load_ps(sc[q] + (t0 - base));
                 const __mmask16 live = _mm512_cmp_ps_mask(s, ninf, _CMP_NEQ_UQ);
-                const __m512 p = _mm512_maskz_mov_ps(live, exp_neg512(_mm512_sub_ps(s, _mm512_set1_ps(m))));
+                const __m512 p =
+                    _mm512_maskz_mov_ps(live, exp_neg512(_mm512_sub_ps(s, _mm512_set1_ps(m))));
                 _mm512_store_ps(sc[q] + (t0 - base), p);
                 lv = _mm512_add_ps(lv, p);
             }
         l_out[q] = _mm512_reduce_add_ps(lv);
     }
     /* the weighted V rows */
-    const float (*p)[RP_ATTN_SPLIT] = (const float (*)[RP_ATTN_SPLIT])sc;
+    const float(*p)[RP_ATTN_SPLIT] = (const float(*)[RP_ATTN_SPLIT])sc;
     switch (nq) {
-    case 1: attn_pv(a, p, base, kb, ke, o, ldo, 1); break;
-    case 2: attn_pv(a, p, base, kb, ke, o, ldo, 2); break;
-    case 3: attn_pv(a, p, base, kb, ke, o, ldo, 3); break;
-    case 4: attn_pv(a, p, base, kb, ke, o, ldo, 4); break;
-    case 5: attn_pv(a, p, base, kb, ke, o, ldo, 5); break;
-    case 6: attn_pv(a, p, base, kb, ke, o, ldo, 6); break;
-    case 7: attn_pv(a, p, base, kb, ke, o, ldo, 7); break;
-    default: attn_pv(a, p, base, kb, ke, o, ldo, 8); break;
+    case 1:
+        attn_pv(a, p, base, kb, ke, o, ldo, 1);
+        break;
+    case 2:
+        attn_pv(a, p, base, kb, ke, o, ldo, 2);
+        break;
+    case 3:
+        attn_pv(a, p, base, kb, ke, o, ldo, 3);
+        break;
+    case 4:
+        attn_pv(a, p, base, kb, ke, o, ldo, 4);
+        break;
+    case 5:
+        attn_pv(a, p, base, kb, ke, o, ldo, 5);
+        break;
+    case 6:
+        attn_pv(a, p, base, kb, ke, o, ldo, 6);
+        break;
+    case 7:
+        attn_pv(a, p, base, kb, ke, o, ldo, 7);
+        break;
+    default:
+        attn_pv(a, p, base, kb, ke, o, ldo, 8);
+        break;
     }
 }
 

@@ -20,7 +20,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (rp_model_from_gguf(g, "fuzz", NULL, &m) == RP_OK) {
             int32_t *toks;
             size_t n;
-            if (rp_tokenize(rp_model_vocab(m), "Hello world <s>", 15, true, true, &toks, &n) == RP_OK) free(toks);
+            if (rp_tokenize(rp_model_vocab(m), "Hello world <s>", 15, true, true, &toks, &n) ==
+                RP_OK)
+                free(toks);
             rp_model_free(m);
         }
     }

@@ -33,7 +33,8 @@ static void reference(const acase *c, const rp_kv_view *kv, const float *q, int 
         for (int i = lo; i <= p; i++) {
             double d = 0;
             for (int e = 0; e < c->dk; e++)
-                d += (double)q[h * c->dk + e] * rp_fp16_to_fp32(K[(size_t)(i % kv->cap) * c->dk + e]);
+                d += (double)q[h * c->dk + e] *
+                     rp_fp16_to_fp32(K[(size_t)(i % kv->cap) * c->dk + e]);
             d /= sqrt((double)c->dk);
             if (c->softcap > 0) d = c->softcap * tanh(d / c->softcap);
             s[i] = d;
@@ -69,8 +70,8 @@ static void run_case(const acase *c) {
     }
     float *q = malloc(sizeof(float) * (size_t)n_tok * wq), *k = malloc(sizeof(float) * (size_t)wk),
           *v = malloc(sizeof(float) * (size_t)wv);
-    float *ob = malloc(sizeof(float) * (size_t)n_tok * wo), *os = malloc(sizeof(float) * (size_t)wo),
-          *ref = malloc(sizeof(float) * (size_t)wo);
+    float *ob = malloc(sizeof(float) * (size_t)n_tok * wo),
+          *os = malloc(sizeof(float) * (size_t)wo), *ref = malloc(sizeof(float) * (size_t)wo);
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)n_tok);
     const rp_kv_view **views = malloc(sizeof(*views) * (size_t)n_tok);
     for (int i = 0; i < n_tok * wq; i++) q[i] = rp_rng_normal(&r) * 2.0f;
@@ -124,8 +125,8 @@ static void run_case(const acase *c) {
                 for (int i = 0; i < wo; i++) err = fmax(err, fabs((double)ref[i] - os[i]));
             }
         }
-        CHECK(!bad, "%s, %d threads: %d tokens differ between the batch and one at a time",
-              c->name, nth, bad);
+        CHECK(!bad, "%s, %d threads: %d tokens differ between the batch and one at a time", c->name,
+              nth, bad);
         CHECK(err < 2e-5, "%s, %d threads: max |delta| %.3g from the reference", c->name, nth, err);
         if (nth == 2) printf("     %s: max|d| %.2e vs double reference\n", c->name, err);
         free(scr);

@@ -36,7 +36,8 @@ static rp_gguf_writer *copy_writer(const rp_gguf *g) {
     rp_gguf_writer *w = rp_gguf_writer_new();
     if (!w) return NULL;
     if (rp_gguf_w_copy_kv(w, g)) goto fail;
-    rp_gguf_w_set_pad_empty(w, rp_gguf_n_tensors(g) > 0 || rp_gguf_file_size(g) == rp_gguf_data_offset(g));
+    rp_gguf_w_set_pad_empty(w, rp_gguf_n_tensors(g) > 0 ||
+                                   rp_gguf_file_size(g) == rp_gguf_data_offset(g));
     for (uint64_t i = 0; i < rp_gguf_n_tensors(g); i++) {
         const rp_gguf_tensor *t = rp_gguf_tensor_at(g, i);
         if (rp_gguf_w_add_tensor(w, t->name, (int)t->type, t->n_dims, t->ne, t->data)) goto fail;
@@ -68,7 +69,8 @@ void test_gguf_roundtrip_shared(void) {
         CHECK(s == RP_OK, "%s: write: %s", g_files[i], rp_last_error());
         size_t la, lb;
         char *a = test_read(path, &la), *b = test_read(out, &lb);
-        CHECK(a && b && la == lb && memcmp(a, b, la) == 0, "%s: bytes differ after round trip", g_files[i]);
+        CHECK(a && b && la == lb && memcmp(a, b, la) == 0, "%s: bytes differ after round trip",
+              g_files[i]);
         free(a);
         free(b);
         rp_gguf_writer_free(w);
@@ -78,22 +80,31 @@ void test_gguf_roundtrip_shared(void) {
 
 void test_gguf_getters(void) {
     rp_gguf *g;
-    REQUIRE(rp_gguf_open(test_shared("models/stories260K.gguf"), &g) == RP_OK, "%s", rp_last_error());
+    REQUIRE(rp_gguf_open(test_shared("models/stories260K.gguf"), &g) == RP_OK, "%s",
+            rp_last_error());
     CHECK(rp_gguf_version(g) == 3, "version");
     CHECK(rp_gguf_n_tensors(g) == 48 && rp_gguf_n_kv(g) == 19, "counts");
     uint32_t u = 0;
     bool found;
-    CHECK(rp_gguf_get_u32(g, "llama.block_count", &u, &found) == RP_OK && found && u == 5, "block_count");
+    CHECK(rp_gguf_get_u32(g, "llama.block_count", &u, &found) == RP_OK && found && u == 5,
+          "block_count");
     float f = 0;
-    CHECK(rp_gguf_get_f32(g, "llama.attention.layer_norm_rms_epsilon", &f, &found) == RP_OK && f > 9e-6f, "eps");
+    CHECK(rp_gguf_get_f32(g, "llama.attention.layer_norm_rms_epsilon", &f, &found) == RP_OK &&
+              f > 9e-6f,
+          "eps");
     const char *str = NULL;
-    CHECK(rp_gguf_get_str(g, "general.architecture", &str, &found) == RP_OK && !strcmp(str, "llama"), "arch");
-    CHECK(rp_gguf_get_str(g, "llama.block_count", &str, &found) == RP_ERR_FORMAT, "type mismatch must fail");
-    CHECK(strstr(rp_last_error(), "llama.block_count") != NULL, "message names the key: %s", rp_last_error());
+    CHECK(rp_gguf_get_str(g, "general.architecture", &str, &found) == RP_OK &&
+              !strcmp(str, "llama"),
+          "arch");
+    CHECK(rp_gguf_get_str(g, "llama.block_count", &str, &found) == RP_ERR_FORMAT,
+          "type mismatch must fail");
+    CHECK(strstr(rp_last_error(), "llama.block_count") != NULL, "message names the key: %s",
+          rp_last_error());
     CHECK(rp_gguf_get_u32(g, "no.such.key", &u, &found) == RP_OK && !found, "absent key");
     CHECK(rp_gguf_req_u32(g, "no.such.key", &u) == RP_ERR_FORMAT, "required absent key");
     const rp_gguf_tensor *t = rp_gguf_find_tensor(g, "blk.0.attn_q.weight");
-    CHECK(t && t->ne[0] == 64 && t->ne[1] == 64 && t->type == RP_TYPE_F32 && t->nbytes == 16384, "tensor");
+    CHECK(t && t->ne[0] == 64 && t->ne[1] == 64 && t->type == RP_TYPE_F32 && t->nbytes == 16384,
+          "tensor");
     CHECK(rp_gguf_find_tensor(g, "blk.9.attn_q.weight") == NULL, "absent tensor");
     rp_gguf_close(g);
 }
@@ -114,9 +125,13 @@ void test_gguf_writer_types(void) {
     rp_gguf_w_set_arr(w, "a.arr_i16", RP_GGUF_INT16, arr, 3);
     const char *strs[] = {"x", "", "zz"};
     rp_gguf_w_set_arr_str(w, "a.arr_str", strs, 3);
-    rp_gguf_val inner[2] = {{.type = RP_GGUF_ARRAY, .arr = {.type = RP_GGUF_UINT8, .n = 2, .raw = (const uint8_t *)"\1\2"}},
-                            {.type = RP_GGUF_ARRAY, .arr = {.type = RP_GGUF_UINT8, .n = 1, .raw = (const uint8_t *)"\3"}}};
-    rp_gguf_val nested = {.type = RP_GGUF_ARRAY, .arr = {.type = RP_GGUF_ARRAY, .n = 2, .elems = inner}};
+    rp_gguf_val inner[2] = {
+        {.type = RP_GGUF_ARRAY,
+         .arr = {.type = RP_GGUF_UINT8, .n = 2, .raw = (const uint8_t *)"\1\2"}},
+        {.type = RP_GGUF_ARRAY,
+         .arr = {.type = RP_GGUF_UINT8, .n = 1, .raw = (const uint8_t *)"\3"}}};
+    rp_gguf_val nested = {.type = RP_GGUF_ARRAY,
+                          .arr = {.type = RP_GGUF_ARRAY, .n = 2, .elems = inner}};
     rp_gguf_w_set(w, "a.nested", &nested);
     rp_gguf_val f64 = {.type = RP_GGUF_FLOAT64, .f = 2.25};
     rp_gguf_w_set(w, "a.f64", &f64);
@@ -125,9 +140,11 @@ void test_gguf_writer_types(void) {
     int64_t ne[2] = {3, 2};
     CHECK(rp_gguf_w_add_tensor(w, "t0", RP_TYPE_F32, 2, ne, data) == RP_OK, "add");
     CHECK(rp_gguf_w_add_tensor(w, "t1", RP_TYPE_F32, 1, ne, data) == RP_OK, "add");
-    CHECK(rp_gguf_w_add_tensor(w, "t1", RP_TYPE_F32, 1, ne, data) == RP_ERR_INVALID_ARG, "duplicate refused");
+    CHECK(rp_gguf_w_add_tensor(w, "t1", RP_TYPE_F32, 1, ne, data) == RP_ERR_INVALID_ARG,
+          "duplicate refused");
     int64_t bad[1] = {33};
-    CHECK(rp_gguf_w_add_tensor(w, "q", RP_TYPE_Q8_0, 1, bad, data) == RP_ERR_INVALID_ARG, "row not multiple of block");
+    CHECK(rp_gguf_w_add_tensor(w, "q", RP_TYPE_Q8_0, 1, bad, data) == RP_ERR_INVALID_ARG,
+          "row not multiple of block");
     const char *out = test_tmp("types.gguf");
     REQUIRE(rp_gguf_w_write(w, out, NULL, NULL) == RP_OK, "%s", rp_last_error());
     rp_gguf *g;
@@ -138,9 +155,12 @@ void test_gguf_writer_types(void) {
     CHECK(rp_gguf_kv_at(g, 1)->key && !strcmp(rp_gguf_kv_at(g, 1)->key, "a.u32"), "order kept");
     CHECK(rp_gguf_alignment(g) == 64 && rp_gguf_data_offset(g) % 64 == 0, "alignment");
     const rp_gguf_val *v = rp_gguf_get(g, "a.nested");
-    CHECK(v && v->arr.n == 2 && v->arr.elems[0].arr.n == 2 && v->arr.elems[1].arr.raw[0] == 3, "nested");
+    CHECK(v && v->arr.n == 2 && v->arr.elems[0].arr.n == 2 && v->arr.elems[1].arr.raw[0] == 3,
+          "nested");
     v = rp_gguf_get(g, "a.arr_str");
-    CHECK(v && v->arr.n == 3 && !strcmp(v->arr.elems[2].str.s, "zz") && v->arr.elems[1].str.len == 0, "str array");
+    CHECK(v && v->arr.n == 3 && !strcmp(v->arr.elems[2].str.s, "zz") &&
+              v->arr.elems[1].str.len == 0,
+          "str array");
     v = rp_gguf_get(g, "a.arr_i16");
     CHECK(v && rp_gguf_arr_i64(v, 2) == -3, "i16 array");
     v = rp_gguf_get(g, "a.f64");
@@ -149,7 +169,8 @@ void test_gguf_writer_types(void) {
     CHECK(t && t->offset % 64 == 0 && ((const float *)t->data)[2] == 3.0f, "tensor data");
     rp_gguf_close(g);
     /* failure: the directory does not exist; nothing must be left */
-    CHECK(rp_gguf_w_write(w, "/nonexistent-dir/x.gguf", NULL, NULL) == RP_ERR_IO, "write into missing dir fails");
+    CHECK(rp_gguf_w_write(w, "/nonexistent-dir/x.gguf", NULL, NULL) == RP_ERR_IO,
+          "write into missing dir fails");
     rp_gguf_writer_free(w);
 }
 
@@ -178,14 +199,19 @@ void test_gguf_rejects(void) {
     /* big-endian header, v1, bad magic, absurd counts */
     uint8_t be[24] = {'G', 'G', 'U', 'F', 0, 0, 0, 3};
     rp_gguf *g;
-    CHECK(rp_gguf_open_mem(be, sizeof be, &g) == RP_ERR_UNSUPPORTED && strstr(rp_last_error(), "big-endian"),
+    CHECK(rp_gguf_open_mem(be, sizeof be, &g) == RP_ERR_UNSUPPORTED &&
+              strstr(rp_last_error(), "big-endian"),
           "big-endian: %s", rp_last_error());
     uint8_t v1[24] = {'G', 'G', 'U', 'F', 1, 0, 0, 0};
     CHECK(rp_gguf_open_mem(v1, sizeof v1, &g) == RP_ERR_UNSUPPORTED, "v1: %s", rp_last_error());
     uint8_t bad[24] = {'G', 'G', 'U', 'X', 3, 0, 0, 0};
-    CHECK(rp_gguf_open_mem(bad, sizeof bad, &g) == RP_ERR_FORMAT && strstr(rp_last_error(), "magic"), "magic");
-    uint8_t huge[24] = {'G', 'G', 'U', 'F', 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f};
-    CHECK(rp_gguf_open_mem(huge, sizeof huge, &g) == RP_ERR_FORMAT && strstr(rp_last_error(), "byte offset"),
+    CHECK(rp_gguf_open_mem(bad, sizeof bad, &g) == RP_ERR_FORMAT &&
+              strstr(rp_last_error(), "magic"),
+          "magic");
+    uint8_t huge[24] = {'G', 'G', 'U', 'F', 3,    0,    0,    0,    0,    0,    0,    0,
+                        0,   0,   0,   0,   0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f};
+    CHECK(rp_gguf_open_mem(huge, sizeof huge, &g) == RP_ERR_FORMAT &&
+              strstr(rp_last_error(), "byte offset"),
           "huge kv count: %s", rp_last_error());
     CHECK(rp_gguf_open("/nonexistent.gguf", &g) == RP_ERR_IO, "missing file");
 }
@@ -221,7 +247,9 @@ static void try_buffer(const uint8_t *buf, size_t n, bool load_model) {
     if (rp_context_new(m, &cp, &c) == RP_OK) {
         int32_t *toks = NULL;
         size_t nt = 0;
-        if (rp_tokenize(rp_model_vocab(m), "Once upon a time", 16, true, true, &toks, &nt) == RP_OK && nt > 0) {
+        if (rp_tokenize(rp_model_vocab(m), "Once upon a time", 16, true, true, &toks, &nt) ==
+                RP_OK &&
+            nt > 0) {
             rp_batch b = {.n_tokens = nt > 8 ? 8 : (int32_t)nt, .token = toks};
             rp_decode(c, &b);
         }
@@ -264,7 +292,8 @@ static void robustness(const char *path, size_t flip_bytes, bool load_model, int
             buf[i] ^= (uint8_t)(1u << bit);
             n_flip++;
         }
-    printf("     %s: %zu truncations, %zu bit flips (%d parsed, %d refused)\n", path, n_trunc, n_flip, g_ok, g_err);
+    printf("     %s: %zu truncations, %zu bit flips (%d parsed, %d refused)\n", path, n_trunc,
+           n_flip, g_ok, g_err);
     free(buf);
     free(orig);
 }
@@ -276,7 +305,8 @@ void test_gguf_robust_stories(void) {
 /* A vocab-only GGUF built from stories260K's tokenizer keys. */
 void test_gguf_robust_vocab_only(void) {
     rp_gguf *g;
-    REQUIRE(rp_gguf_open(test_shared("models/stories260K.gguf"), &g) == RP_OK, "%s", rp_last_error());
+    REQUIRE(rp_gguf_open(test_shared("models/stories260K.gguf"), &g) == RP_OK, "%s",
+            rp_last_error());
     rp_gguf_writer *w = rp_gguf_writer_new();
     for (uint64_t i = 0; i < rp_gguf_n_kv(g); i++) {
         const rp_gguf_kv *kv = rp_gguf_kv_at(g, i);

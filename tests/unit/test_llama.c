@@ -9,10 +9,11 @@ static void check_golden(const char *model, const char *prefix, const char *repe
     golden_result r;
     REQUIRE(golden_run(model, prefix, repeat, &r), "%s: could not run", prefix);
     CHECK(r.max_abs <= tol, "%s: prompt logits max |delta| %.3g > %.3g", prefix, r.max_abs, tol);
-    CHECK(r.greedy_match == r.n_greedy, "%s: greedy continuation diverges at token %d of %d", prefix, r.greedy_match,
-          r.n_greedy);
-    printf("     %s%s%s: max|d| %.2e nmse %.2e greedy %d/%d\n", prefix, repeat ? " --repeat-layers " : "",
-           repeat ? repeat : "", r.max_abs, r.nmse, r.greedy_match, r.n_greedy);
+    CHECK(r.greedy_match == r.n_greedy, "%s: greedy continuation diverges at token %d of %d",
+          prefix, r.greedy_match, r.n_greedy);
+    printf("     %s%s%s: max|d| %.2e nmse %.2e greedy %d/%d\n", prefix,
+           repeat ? " --repeat-layers " : "", repeat ? repeat : "", r.max_abs, r.nmse,
+           r.greedy_match, r.n_greedy);
 }
 
 void test_llama_golden_stories(void) {
@@ -70,7 +71,8 @@ void test_llama_identity_plan_bitexact(void) {
     rp_batch b = {.n_tokens = 12, .token = toks, .logits = all};
     REQUIRE(rp_decode(a, &b) == RP_OK && rp_decode(b2, &b) == RP_OK, "decode");
     bool same = true;
-    for (int i = 0; i < 12; i++) same &= !memcmp(rp_get_logits(a, i), rp_get_logits(b2, i), 512 * sizeof(float));
+    for (int i = 0; i < 12; i++)
+        same &= !memcmp(rp_get_logits(a, i), rp_get_logits(b2, i), 512 * sizeof(float));
     CHECK(same, "identity map differs from no plan");
     rp_context_free(a);
     rp_context_free(b2);
@@ -89,7 +91,8 @@ void test_llama_context_full(void) {
     b.n_tokens = 8;
     CHECK(rp_decode(c, &b) == RP_OK, "8 fit");
     rp_batch one = {.n_tokens = 1, .token = toks};
-    CHECK(rp_decode(c, &one) == RP_ERR_CONTEXT_FULL && strstr(rp_last_error(), "context full"), "%s", rp_last_error());
+    CHECK(rp_decode(c, &one) == RP_ERR_CONTEXT_FULL && strstr(rp_last_error(), "context full"),
+          "%s", rp_last_error());
     CHECK(rp_kv_seq_truncate(c, 0, 4) == RP_OK && rp_kv_seq_len(c, 0) == 4, "truncate");
     CHECK(rp_decode(c, &one) == RP_OK, "room again after truncate");
     int32_t bad = 99999;

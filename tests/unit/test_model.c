@@ -124,8 +124,8 @@ void test_model_crafted_hparams(void) {
     };
     for (size_t i = 0; i < RP_ARRAY_LEN(cases); i++) {
         rp_status s = load_edited(cases[i].edit, cases[i].skip);
-        CHECK(s == cases[i].want && strstr(rp_last_error(), cases[i].needle), "case %zu: status %d, message '%s'", i,
-              (int)s, rp_last_error());
+        CHECK(s == cases[i].want && strstr(rp_last_error(), cases[i].needle),
+              "case %zu: status %d, message '%s'", i, (int)s, rp_last_error());
     }
     CHECK(load_edited(NULL, NULL) == RP_OK, "unedited copy loads: %s", rp_last_error());
 }
@@ -142,7 +142,8 @@ void test_model_gguf_v2(void) {
     REQUIRE(d, "read");
     d[4] = 2;
     rp_gguf *g;
-    CHECK(rp_gguf_open_mem(d, n, &g) == RP_OK && rp_gguf_version(g) == 2, "v2: %s", rp_last_error());
+    CHECK(rp_gguf_open_mem(d, n, &g) == RP_OK && rp_gguf_version(g) == 2, "v2: %s",
+          rp_last_error());
     if (g) rp_gguf_close(g);
     free(d);
 }

@@ -17,8 +17,9 @@ void test_plan_rys_counts(void) {
     struct {
         const char *spec;
         int n_eff;
-    } cases[] = {{"33,34", 65}, {"31,34", 67}, {"30,35", 69}, {"26,34", 72}, {"24,35", 75}, {"29,34", 69},
-                 {"43,45;28,34", 72}, {"26-34", 72}, {" 26 , 34 ", 72}, {"0,64", 128}};
+    } cases[] = {{"33,34", 65},     {"31,34", 67}, {"30,35", 69},       {"26,34", 72},
+                 {"24,35", 75},     {"29,34", 69}, {"43,45;28,34", 72}, {"26-34", 72},
+                 {" 26 , 34 ", 72}, {"0,64", 128}};
     for (size_t i = 0; i < RP_ARRAY_LEN(cases); i++)
         CHECK(n_eff_of(cases[i].spec, 64) == cases[i].n_eff, "%s -> %d, want %d", cases[i].spec,
               n_eff_of(cases[i].spec, 64), cases[i].n_eff);
@@ -32,7 +33,8 @@ void test_plan_rys_expansion(void) {
     for (int l = 26; l < 34; l++) want[k++] = l;
     for (int l = 34; l < 64; l++) want[k++] = l;
     CHECK(p->n_eff == 72 && memcmp(p->src, want, sizeof want) == 0, "expansion of 26,34");
-    CHECK(p->seam[34] && !p->seam[33] && !p->seam[35] && p->pass[34] == 1 && p->pass[33] == 0, "seams/passes");
+    CHECK(p->seam[34] && !p->seam[33] && !p->seam[35] && p->pass[34] == 1 && p->pass[33] == 0,
+          "seams/passes");
     char buf[256];
     rp_plan_format(p, buf, sizeof buf);
     CHECK(!strcmp(buf, "0..33 | 26..63"), "format: %s", buf);
@@ -54,7 +56,8 @@ static void refuse(const char *spec, int n_trunk, int n_total, const char *needl
     rp_plan *p = (rp_plan *)1;
     rp_status s = rp_plan_repeat(spec, n_trunk, n_total, &p);
     CHECK(s == RP_ERR_PLAN && p == NULL, "'%s' must be refused", spec);
-    CHECK(strstr(rp_last_error(), needle) != NULL, "'%s': message '%s' lacks '%s'", spec, rp_last_error(), needle);
+    CHECK(strstr(rp_last_error(), needle) != NULL, "'%s': message '%s' lacks '%s'", spec,
+          rp_last_error(), needle);
 }
 
 void test_plan_rys_refusals(void) {
@@ -85,11 +88,15 @@ void test_plan_layer_map(void) {
     CHECK(p->n_eff == 24, "skip plan");
     rp_plan_free(p);
     p = (rp_plan *)1;
-    CHECK(rp_plan_map("0..40", 32, 32, &p) == RP_ERR_PLAN && !p && strstr(rp_last_error(), "item 1"), "%s",
+    CHECK(rp_plan_map("0..40", 32, 32, &p) == RP_ERR_PLAN && !p &&
+              strstr(rp_last_error(), "item 1"),
+          "%s", rp_last_error());
+    CHECK(rp_plan_map("5..2", 32, 32, &p) == RP_ERR_PLAN && strstr(rp_last_error(), "backwards"),
+          "%s", rp_last_error());
+    CHECK(rp_plan_map("0,,1", 32, 32, &p) == RP_ERR_PLAN && strstr(rp_last_error(), "item 2"), "%s",
           rp_last_error());
-    CHECK(rp_plan_map("5..2", 32, 32, &p) == RP_ERR_PLAN && strstr(rp_last_error(), "backwards"), "%s", rp_last_error());
-    CHECK(rp_plan_map("0,,1", 32, 32, &p) == RP_ERR_PLAN && strstr(rp_last_error(), "item 2"), "%s", rp_last_error());
-    CHECK(rp_plan_map("0..8", 8, 9, &p) == RP_ERR_PLAN && strstr(rp_last_error(), "NextN"), "%s", rp_last_error());
+    CHECK(rp_plan_map("0..8", 8, 9, &p) == RP_ERR_PLAN && strstr(rp_last_error(), "NextN"), "%s",
+          rp_last_error());
 }
 
 void test_plan_boundary_warning(void) {

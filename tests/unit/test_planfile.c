@@ -356,17 +356,17 @@ void test_planfile_malformed(void) {
         {"{" HEAD "\"name\":\"a\",\"repeat_layers\":\"1,3\",\"base_model\":{\"n_layer\":5}}",
          "missing field 'base_model.architecture'"},
         {"{" HEAD "\"name\":\"a\",\"repeat_layers\":\"1,3\",\"base_model\":{\"architecture\":"
-                  "\"llama\",\"n_layer\":\"5\"}}",
+         "\"llama\",\"n_layer\":\"5\"}}",
          "field 'base_model.n_layer' must be an integer, got a string"},
         {"{" HEAD "\"name\":\"a\",\"repeat_layers\":\"1,3\",\"base_model\":{\"architecture\":"
-                  "\"llama\",\"n_layer\":5}}",
+         "\"llama\",\"n_layer\":5}}",
          "missing field 'base_model.content_hash'"},
         {"{" HEAD "\"name\":\"a\",\"repeat_layers\":\"1,3\",\"base_model\":{\"architecture\":"
-                  "\"llama\",\"n_layer\":5,"
+         "\"llama\",\"n_layer\":5,"
          "\"content_hash\":\"md5:abc\"}}",
          "field 'base_model.content_hash' 'md5:abc' is malformed"},
         {"{" HEAD "\"name\":\"a\",\"repeat_layers\":\"1,3\",\"base_model\":{\"architecture\":"
-                  "\"llama\",\"n_layer\":5,"
+         "\"llama\",\"n_layer\":5,"
          "\"content_hash\":\"xxh3-128:0123456789abcdef0123456789abcdef\",\"layers\":5}}",
          "unknown field 'base_model.layers'"},
         {"{" HEAD "\"name\":\"a\",\"repeat_layers\":\"4,9\"," BASE "}",

@@ -37,19 +37,23 @@ int run_vocab_vectors(const char *gguf, const char *vectors, int *n_total) {
         int32_t *toks;
         size_t n;
         total++;
-        if (rp_tokenize(rp_model_vocab(m), ip, (size_t)(e - ip), false, false, &toks, &n) != RP_OK) {
+        if (rp_tokenize(rp_model_vocab(m), ip, (size_t)(e - ip), false, false, &toks, &n) !=
+            RP_OK) {
             bad++;
             fprintf(stderr, "  vector %d: %s\n", total, rp_last_error());
         } else {
             char got[8192];
             size_t k = 0;
             got[0] = 0;
-            for (size_t i = 0; i < n && k < sizeof got - 16; i++) k += (size_t)snprintf(got + k, sizeof got - k, i ? " %d" : "%d", toks[i]);
+            for (size_t i = 0; i < n && k < sizeof got - 16; i++)
+                k += (size_t)snprintf(got + k, sizeof got - k, i ? " %d" : "%d", toks[i]);
             const char *want = op;
             while (*want == ' ') want++;
             if (strcmp(got, want) != 0) {
                 bad++;
-                if (bad <= 5) fprintf(stderr, "  vector %d '%.*s':\n    want %s\n    got  %s\n", total, (int)(e - ip), ip, want, got);
+                if (bad <= 5)
+                    fprintf(stderr, "  vector %d '%.*s':\n    want %s\n    got  %s\n", total,
+                            (int)(e - ip), ip, want, got);
             }
             free(toks);
         }
@@ -79,7 +83,8 @@ void test_vocab_spm_detokenize(void) {
     rp_model_params mp = rp_model_default_params();
     mp.vocab_only = true;
     rp_model *m;
-    REQUIRE(rp_model_load(test_shared("models/stories260K.gguf"), &mp, &m) == RP_OK, "%s", rp_last_error());
+    REQUIRE(rp_model_load(test_shared("models/stories260K.gguf"), &mp, &m) == RP_OK, "%s",
+            rp_last_error());
     const rp_vocab *v = rp_model_vocab(m);
     const char *text = "Once upon a time, there was a little girl named Lily.";
     int32_t *t;
