@@ -79,6 +79,9 @@ $(TEST_OBJ): $(BUILD)/tests/list.h
 $(TESTBIN): $(TEST_OBJ) $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(LIB) $(LDLIBS)
 
+# The demo model and text are assembled into the binary (tools/demo_data.c).
+$(BUILD)/tools/demo_data.o: models/demo-llama.gguf models/war-and-peace-heldout.txt
+
 san:
 	$(MAKE) BUILD=build-san SAN=1 OPT="-O1 -g" all
 
