@@ -6,6 +6,12 @@
 # the generation roofline fraction is measured at the same moment.
 #
 #   BUILD=build THREADS=2 REPS=3 bench/quant_speed.sh
+#   LLAMA_BENCH=/path/to/llama-bench bench/quant_speed.sh
+#
+# With LLAMA_BENCH, llama.cpp's llama-bench runs on the same files in the same
+# script (interleaved with reprise, model by model) and is the baseline; the
+# published figures are the baseline otherwise (another machine: compare the
+# roofline fractions, not the ratios).
 #
 # Models are synthesized once into $BENCH_DIR (default /tmp/reprise-bench):
 # ~1.2 GB F16 + 0.6 GB Q8_0 + 0.4 GB Q4_K_M (quantized from the F16 one).
@@ -31,15 +37,27 @@ echo "threads: $T   load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 bw=$("$BIN" bench --bandwidth -t "$T" | awk '{print $2}')
 echo "memory read bandwidth: $bw GB/s ($T threads)"
 
-echo "== reprise bench -p 512 -n 128 -t $T -r $R"
+echo "== reprise bench -p 512 -n 128 -t $T -r $R${LLAMA_BENCH:+, then llama-bench with the same flags}"
 for m in f16 q8_0 q4_k_m; do
     "$BIN" bench -m "$OUT/$m.gguf" -p 512 -n 128 -t "$T" -r "$R" -q | tee "$OUT/$m.txt"
+    if [ -n "${LLAMA_BENCH:-}" ]; then
+        "$LLAMA_BENCH" -m "$OUT/$m.gguf" -p 512 -n 128 -t "$T" -r "$R" -o md 2>/dev/null | grep '^|' \
+            | tee "$OUT/$m.llama.txt"
+    fi
 done
 
-echo "== against llama.cpp (PERF.md; llama.cpp F16 prompt figure is pp64)"
+if [ -n "${LLAMA_BENCH:-}" ]; then
+    echo "== against llama.cpp ($LLAMA_BENCH, measured above on this machine)"
+else
+    echo "== against llama.cpp (PERF.md; llama.cpp F16 prompt figure is pp64)"
+fi
 printf '%-8s %12s %8s %12s %8s %10s %10s\n' type pp512_t/s vs_llama tg128_t/s vs_llama tg_GB/s roofline
 for m in f16 q8_0 q4_k_m; do
     case $m in f16) lpp=300 ltg=33 ;; q8_0) lpp=251 ltg=49.3 ;; q4_k_m) lpp=296 ltg=69.4 ;; esac
+    if [ -n "${LLAMA_BENCH:-}" ]; then
+        lpp=$(awk -F'|' '/pp512/ {split($8, a, " "); print a[1]}' "$OUT/$m.llama.txt")
+        ltg=$(awk -F'|' '/tg128/ {split($8, a, " "); print a[1]}' "$OUT/$m.llama.txt")
+    fi
     # size (MiB) and the two rows' mean t/s
     mib=$(awk -F'|' '/pp512/ {gsub(/ MiB| /, "", $3); print $3}' "$OUT/$m.txt")
     pp=$(awk -F'|' '/pp512/ {split($8, a, " "); print a[1]}' "$OUT/$m.txt")

@@ -24,7 +24,8 @@
 #include <string.h>
 
 /* the lane loops must be unrolled so their accumulators stay in registers */
-#define UNROLL8 _Pragma("GCC unroll 8")
+#define UNROLL8  _Pragma("GCC unroll 8")
+#define UNROLL16 _Pragma("GCC unroll 16")
 
 static inline float f16(uint16_t h) {
     return _cvtsh_ss(h);
@@ -1705,31 +1706,56 @@ static inline __mmask16 tail16(int n) {
 
 /* 16 elements of a row (F32 or F16) from element i, those past n zero */
 static inline __m512 row16(const void *row, bool f16row, int i, int n) {
+    if (n - i >= 16) /* a whole 16: plain loads */
+        return f16row ? _mm512_cvtph_ps(
+                            _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + i)))
+                      : _mm512_loadu_ps((const float *)row + i);
     const __mmask16 m = tail16(n - i);
     if (f16row) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + i));
     return _mm512_maskz_loadu_ps(m, (const float *)row + i);
 }
 
-/* o[q] = sum over visible keys of p[q][key] * v[key], in chunks of 32 outputs */
-ALWAYS_INLINE void attn_pv(const rp_attn_split *a, const float (*p)[RP_ATTN_SPLIT], int base,
-                           int kb, int ke, float *o, size_t ldo, const int NQ) {
+/* o[q] += p[q][pos] * v[pos] for pos in [lo, hi), only where query q sees pos
+ * (checked: the edges of the queries' ranges) or for every query (the range
+ * all of them see) */
+ALWAYS_INLINE void attn_pv_range(const rp_attn_split *a, const float (*p)[RP_ATTN_SPLIT], int base,
+                                 int lo, int hi, int c, bool checked, __m512 *o0, __m512 *o1,
+                                 const int NQ) {
     const bool vf16 = a->type_v == RP_TYPE_F16;
     const size_t vrow = (size_t)a->dv * (vf16 ? 2 : 4);
+    for (int pos = lo; pos < hi; pos++) {
+        const void *v = (const uint8_t *)a->v + (size_t)(pos % a->cap) * vrow;
+        const __m512 v0 = row16(v, vf16, c, a->dv), v1 = row16(v, vf16, c + 16, a->dv);
+        UNROLL8
+        for (int q = 0; q < NQ; q++)
+            if (!checked || (pos >= a->beg[q] && pos < a->end[q])) {
+                const __m512 w = _mm512_set1_ps(p[q][pos - base]);
+                o0[q] = _mm512_fmadd_ps(w, v0, o0[q]);
+                o1[q] = _mm512_fmadd_ps(w, v1, o1[q]);
+            }
+    }
+}
+
+/* o[q] = sum over visible keys of p[q][key] * v[key], in chunks of 32
+ * outputs; each query's terms are added in position order whichever of the
+ * three ranges they fall in */
+ALWAYS_INLINE void attn_pv(const rp_attn_split *a, const float (*p)[RP_ATTN_SPLIT], int base,
+                           int kb, int ke, float *o, size_t ldo, const int NQ) {
+    /* [cb, ce): the positions every query of the call sees (empty when one
+     * query sees none) */
+    int cb = kb, ce = ke;
+    for (int q = 0; q < NQ; q++) {
+        cb = a->beg[q] > cb ? a->beg[q] : cb;
+        ce = a->end[q] < ce ? a->end[q] : ce;
+    }
+    if (ce < cb) ce = cb;
     for (int c = 0; c < a->dv; c += 32) {
         __m512 o0[RP_ATTN_MAXQ], o1[RP_ATTN_MAXQ];
         UNROLL8
         for (int q = 0; q < NQ; q++) o0[q] = o1[q] = _mm512_setzero_ps();
-        for (int pos = kb; pos < ke; pos++) {
-            const void *v = (const uint8_t *)a->v + (size_t)(pos % a->cap) * vrow;
-            const __m512 v0 = row16(v, vf16, c, a->dv), v1 = row16(v, vf16, c + 16, a->dv);
-            UNROLL8
-            for (int q = 0; q < NQ; q++)
-                if (pos >= a->beg[q] && pos < a->end[q]) {
-                    const __m512 w = _mm512_set1_ps(p[q][pos - base]);
-                    o0[q] = _mm512_fmadd_ps(w, v0, o0[q]);
-                    o1[q] = _mm512_fmadd_ps(w, v1, o1[q]);
-                }
-        }
+        attn_pv_range(a, p, base, kb, cb, c, true, o0, o1, NQ);
+        attn_pv_range(a, p, base, cb, ce, c, false, o0, o1, NQ);
+        attn_pv_range(a, p, base, ce, ke, c, true, o0, o1, NQ);
         UNROLL8
         for (int q = 0; q < NQ; q++) {
             _mm512_mask_storeu_ps(o + (size_t)q * ldo + c, tail16(a->dv - c), o0[q]);
@@ -1780,11 +1806,13 @@ static void attn_split_avx512(const rp_attn_split *a, float *m_out, float *l_out
         }
         const __m512i posv = _mm512_add_epi32(_mm512_set1_epi32(t0), iota);
         for (int q = 0; q < nq; q++) {
+            /* 16 accumulators kept in registers (the loops fully unrolled) */
             __m512 acc[16];
+            UNROLL16
             for (int j = 0; j < 16; j++) acc[j] = _mm512_setzero_ps();
             for (int d = 0; d < dkp; d += 16) {
                 const __m512 qv = _mm512_load_ps(qp[q] + d);
-                UNROLL8
+                UNROLL16
                 for (int j = 0; j < 16; j++)
                     acc[j] = _mm512_fmadd_ps(qv, _mm512_load_ps(kt[j] + d), acc[j]);
             }
