@@ -279,18 +279,15 @@ static rp_status cache_write(const char *cache, const char *model_path, const fi
                           (json_int_t)id->inode, "tensors", h->table, "content_hash", h->hash);
     char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(o);
-    if (!text) return rp_fail(RP_ERR_NOMEM, "out of memory (hash cache)");
-    rp_atomic_file af;
-    s = rp_atomic_open(&af, cache);
-    if (!s) {
-        if (rp_atomic_write(&af, text, strlen(text)) && rp_atomic_write(&af, "\n", 1))
-            s = rp_atomic_commit(&af);
-        else {
-            rp_atomic_abort(&af);
-            s = RP_ERR_IO;
-        }
+    const size_t n = text ? strlen(text) : 0;
+    char *line = text ? realloc(text, n + 2) : NULL; /* the text and a newline */
+    if (!line) {
+        free(text);
+        return rp_fail(RP_ERR_NOMEM, "out of memory (hash cache)");
     }
-    free(text);
+    memcpy(line + n, "\n", 2);
+    s = rp_atomic_write_file(cache, line, n + 1);
+    free(line);
     return s;
 }
 
@@ -543,16 +540,7 @@ char *rp_planfile_to_json(const rp_planfile *pf) {
 rp_status rp_planfile_write(const rp_planfile *pf, const char *path) {
     char *text = rp_planfile_to_json(pf);
     if (!text) return rp_fail(RP_ERR_NOMEM, "out of memory (plan file)");
-    rp_atomic_file af;
-    rp_status s = rp_atomic_open(&af, path);
-    if (!s) {
-        if (rp_atomic_write(&af, text, strlen(text)))
-            s = rp_atomic_commit(&af);
-        else {
-            rp_atomic_abort(&af);
-            s = RP_ERR_IO;
-        }
-    }
+    rp_status s = rp_atomic_write_file(path, text, strlen(text));
     free(text);
     return s;
 }

@@ -263,15 +263,7 @@ rp_status rp_scan_csv_write(const char *path, const rp_scan_csv *csv) {
         rp_buf_free(&b);
         return RP_ERR_NOMEM;
     }
-    rp_atomic_file af;
-    rp_status s = rp_atomic_open(&af, path);
-    if (!s) {
-        if (!rp_atomic_write(&af, b.data, b.len)) {
-            rp_atomic_abort(&af);
-            s = RP_ERR_IO; /* the writer named the file and the reason */
-        } else
-            s = rp_atomic_commit(&af);
-    }
+    rp_status s = rp_atomic_write_file(path, b.data, b.len);
     rp_buf_free(&b);
     return s;
 }

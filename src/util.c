@@ -288,6 +288,17 @@ void rp_atomic_abort(rp_atomic_file *af) {
     atomic_release(af);
 }
 
+rp_status rp_atomic_write_file(const char *path, const void *p, size_t n) {
+    rp_atomic_file af;
+    rp_status s = rp_atomic_open(&af, path);
+    if (s) return s;
+    if (!rp_atomic_write(&af, p, n)) {
+        rp_atomic_abort(&af);
+        return RP_ERR_IO; /* the writer named the file and the reason */
+    }
+    return rp_atomic_commit(&af);
+}
+
 double rp_time_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

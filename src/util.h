@@ -92,6 +92,9 @@ rp_status rp_atomic_open(rp_atomic_file *af, const char *path);
 bool rp_atomic_write(rp_atomic_file *af, const void *p, size_t n);
 rp_status rp_atomic_commit(rp_atomic_file *af);
 void rp_atomic_abort(rp_atomic_file *af);
+/* The whole of [p, p + n) as the file at path, atomically (the above in one
+ * call); errors name the file. */
+rp_status rp_atomic_write_file(const char *path, const void *p, size_t n);
 
 /* Monotonic seconds. */
 double rp_time_s(void);

@@ -224,6 +224,20 @@ static bool feed(chat_state *s, const char *full, size_t *n_new, size_t *n_reuse
     return decode_from(s, k);
 }
 
+/* Whether an answer of n_gen tokens stops here, and why: Ctrl-C, the token
+ * limit or a full context. */
+static bool answer_stops(const chat_state *s, int n_gen, uint32_t n_ctx, const char **why) {
+    if (g_interrupt)
+        *why = "interrupted";
+    else if (s->n_predict >= 0 && n_gen >= s->n_predict)
+        *why = "token limit";
+    else if (s->n_toks >= n_ctx)
+        *why = "context full";
+    else
+        return false;
+    return true;
+}
+
 /* answer() with speculative decoding: each step gives one or more tokens,
  * handled as plain decoding handles each; the spec stops at the end-of-turn
  * token and never goes past the limits it is given, so its tokens and the
@@ -235,18 +249,7 @@ static bool answer_spec(chat_state *s, rp_buf *text, int *n_gen, const char **wh
     const uint32_t n_ctx = rp_context_n_ctx(s->ctx);
     int32_t out[RP_SPEC_DRAFT_MAX + 1];
     for (;;) {
-        if (g_interrupt) {
-            *why = "interrupted";
-            break;
-        }
-        if (s->n_predict >= 0 && *n_gen >= s->n_predict) {
-            *why = "token limit";
-            break;
-        }
-        if (s->n_toks >= n_ctx) {
-            *why = "context full";
-            break;
-        }
+        if (answer_stops(s, *n_gen, n_ctx, why)) break;
         int max_new = (int)(n_ctx - s->n_toks);
         if (s->n_predict >= 0 && s->n_predict - *n_gen < max_new) max_new = s->n_predict - *n_gen;
         int k = 0;
@@ -278,18 +281,7 @@ static bool answer(chat_state *s, rp_buf *text, int *n_gen, const char **why) {
     *why = "end of turn";
     const uint32_t n_ctx = rp_context_n_ctx(s->ctx);
     for (;;) {
-        if (g_interrupt) {
-            *why = "interrupted";
-            break;
-        }
-        if (s->n_predict >= 0 && *n_gen >= s->n_predict) {
-            *why = "token limit";
-            break;
-        }
-        if (s->n_toks >= n_ctx) {
-            *why = "context full";
-            break;
-        }
+        if (answer_stops(s, *n_gen, n_ctx, why)) break;
         int32_t tok = rp_sampler_sample(s->smp, rp_get_logits(s->ctx, s->last_row));
         bool eog = rp_vocab_is_eog(s->vocab, tok);
         int k = rp_token_to_piece(s->vocab, tok, eog, piece, sizeof piece);

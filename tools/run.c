@@ -7,6 +7,15 @@
 #include <string.h>
 #include <time.h>
 
+/* Said on stderr when generation stops at a full context. */
+static void context_full_note(uint32_t n_ctx) {
+    if (g_verbosity > 0)
+        fprintf(
+            stderr,
+            "\nreprise run: context full (%u positions); stopping (raise -c for longer output)\n",
+            n_ctx);
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -72,11 +81,7 @@ static int run_spec(const char *cmd, rp_spec *spc, const rp_vocab *vocab,
         fflush(stdout);
         if (!done && (uint32_t)rp_spec_seq_len(spc, 0) > n_ctx) {
             stop_reason = "context full";
-            if (g_verbosity > 0)
-                fprintf(stderr,
-                        "\nreprise run: context full (%u positions); stopping (raise -c for longer "
-                        "output)\n",
-                        n_ctx);
+            context_full_note(n_ctx);
             done = true;
         }
     }
@@ -266,11 +271,7 @@ int cmd_run(int argc, char **argv) {
         n_gen++;
         if ((uint32_t)rp_kv_seq_len(ctx, 0) >= n_ctx) {
             stop_reason = "context full";
-            if (g_verbosity > 0)
-                fprintf(stderr,
-                        "\nreprise run: context full (%u positions); stopping (raise -c for longer "
-                        "output)\n",
-                        n_ctx);
+            context_full_note(n_ctx);
             break;
         }
         rp_batch one = {.n_tokens = 1, .token = &tok};
