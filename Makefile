@@ -32,12 +32,12 @@ LDFLAGS  += -fsanitize=address,undefined
 endif
 
 # Kernels compiled for an instruction set beyond the baseline; chosen at run
-# time from cpuid (src/cpu.c), so the binary still runs where they are absent.
+# time from cpuid (src/base/cpu.c), so the binary still runs where they are absent.
 ISA_avx2   := -mavx2 -mfma -mf16c -mbmi2
 ISA_avx512 := $(ISA_avx2) -mavx512f -mavx512bw -mavx512vl -mavx512dq \
               -mavx512vnni -mavx512vbmi
 
-LIB_SRC  := $(sort $(wildcard src/*.c src/arch/*.c src/kernels/*.c))
+LIB_SRC  := $(sort $(wildcard src/*/*.c))
 TOOL_SRC := $(sort $(wildcard tools/*.c))
 TEST_SRC := $(sort $(wildcard tests/unit/*.c))
 

@@ -1,13 +1,13 @@
 /* reprise bench: prompt-processing and generation speed, printed as a table
  * like llama-bench's (mean +- sample standard deviation over repetitions), and
  * a memory read-bandwidth probe for the roofline. */
-#include "matmul.h"
-#include "model.h"
+#include "kernels/matmul.h"
+#include "core/model.h"
 #include "spec_opts.h"
-#include "threads.h"
+#include "base/threads.h"
 #include "tools.h"
-#include "types.h"
-#include "util.h"
+#include "kernels/types.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdlib.h>

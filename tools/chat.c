@@ -11,10 +11,10 @@
  * template rewrites history (Qwen3 drops the reasoning of earlier answers),
  * the cache is cut back to the first token that differs and decoding resumes
  * from there, so the model always sees exactly what the template says. */
-#include "chat.h"
+#include "text/chat.h"
 #include "spec_opts.h"
 #include "tools.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <editline/readline.h>
 #include <errno.h>

@@ -1,7 +1,7 @@
 /* reprise convert: a Hugging Face checkpoint directory to a GGUF file. */
-#include "convert.h"
+#include "convert/convert.h"
 #include "tools.h"
-#include "types.h"
+#include "kernels/types.h"
 
 #include <inttypes.h>
 #include <string.h>

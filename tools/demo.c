@@ -3,9 +3,9 @@
  * needs no file: a short generation without a plan and with a plan repeating
  * a middle block, the plan report, and the perplexity of both on text the
  * model never saw. */
-#include "eval.h"
-#include "gguf.h"
-#include "model.h"
+#include "eval/eval.h"
+#include "format/gguf.h"
+#include "core/model.h"
 #include "tools.h"
 
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* reprise inspect FILE [--json]: everything a GGUF file holds, readably. */
-#include "gguf.h"
+#include "format/gguf.h"
 #include "tools.h"
-#include "types.h"
+#include "kernels/types.h"
 
 #include <inttypes.h>
 #include <jansson.h>

@@ -3,10 +3,10 @@
  * NextN/MTP head layers follow the trunk; per-layer arrays are re-indexed; the
  * architecture adds whatever metadata keeps each step's kind explicit. */
 #include "arch/arch.h"
-#include "context.h"
-#include "gguf.h"
-#include "model.h"
-#include "planfile.h"
+#include "core/context.h"
+#include "format/gguf.h"
+#include "core/model.h"
+#include "core/planfile.h"
 #include "tools.h"
 
 #include <inttypes.h>

@@ -1,7 +1,7 @@
 /* reprise perplexity: perplexity of a model on a text, and KL divergence of
  * its token distributions against a base model's saved log-probabilities
- * (llama.cpp's method and report; the evaluation itself is src/eval.c). */
-#include "eval.h"
+ * (llama.cpp's method and report; the evaluation itself is src/eval/eval.c). */
+#include "eval/eval.h"
 #include "tools.h"
 
 #include <errno.h>

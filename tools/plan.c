@@ -7,11 +7,11 @@
  *
  * Also the pieces every tool uses for --plan FILE (tool_plan_resolve) and for a
  * model's content hash with a message when it has to be computed. */
-#include "model.h"
-#include "plan.h"
-#include "planfile.h"
+#include "core/model.h"
+#include "core/plan.h"
+#include "core/planfile.h"
 #include "tools.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -3,12 +3,12 @@
  * here holds the same types (and, from the same F32 source, the same bytes) as
  * llama.cpp's. Tensors are converted one at a time at write time, rows spread
  * over the threads; the output is written to a temporary file and renamed. */
-#include "gguf.h"
-#include "planfile.h"
-#include "threads.h"
+#include "format/gguf.h"
+#include "core/planfile.h"
+#include "base/threads.h"
 #include "tools.h"
-#include "types.h"
-#include "util.h"
+#include "kernels/types.h"
+#include "base/util.h"
 
 #include <inttypes.h>
 #include <regex.h>

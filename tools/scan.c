@@ -1,11 +1,11 @@
 /* reprise scan: evaluate every RYS block (i,j) of a model on one loaded copy of
  * its weights, write one CSV row per block (resumable), draw the heatmap and
- * print the best blocks and the Pareto list. The evaluation is src/scan.c; the
+ * print the best blocks and the Pareto list. The evaluation is src/eval/scan.c; the
  * file formats are docs/scan.md. */
-#include "png_canvas.h"
-#include "scan.h"
+#include "eval/png_canvas.h"
+#include "eval/scan.h"
 #include "tools.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <errno.h>
 #include <math.h>

@@ -8,9 +8,9 @@
  * reply helpers (JSON, errors, server-sent events) and the shutdown on
  * SIGTERM; serve_api.c the endpoints; serve_engine.c the inference thread. */
 #include "serve.h"
-#include "chat.h"
-#include "context.h"
-#include "planfile.h"
+#include "text/chat.h"
+#include "core/context.h"
+#include "core/planfile.h"
 #include "spec_opts.h"
 #include "tools.h"
 

@@ -11,7 +11,7 @@
 #define RP_SERVE_H
 
 #include "reprise.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <jansson.h>
 #include <microhttpd.h>
@@ -38,7 +38,7 @@ typedef struct srv_entry {
     const char *plan_name;   /* that file's plan name, or NULL */
     const char *description; /* that file's description, or "" */
     bool plan_forced;        /* --plan-force accepted weights with another content hash */
-    struct rp_spec *spec;    /* speculative decoding over ctx (src/spec.h), or NULL */
+    struct rp_spec *spec;    /* speculative decoding over ctx (src/core/spec.h), or NULL */
     struct srv_slot *slots;  /* engine-private */
 } srv_entry;
 

@@ -4,10 +4,10 @@
  * completions (objects and server-sent chunks) or llama.cpp's native
  * /completion, /tokenize and /detokenize. */
 #include "serve.h"
-#include "json_util.h"
-#include "chat.h"
-#include "context.h"
-#include "spec.h"
+#include "base/json_util.h"
+#include "text/chat.h"
+#include "core/context.h"
+#include "core/spec.h"
 #include "tools.h"
 
 #include <limits.h>

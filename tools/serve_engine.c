@@ -6,7 +6,7 @@
  * boundaries; text that might still become a stop string (or an incomplete
  * UTF-8 sequence) is held back until the next token decides. */
 #include "serve.h"
-#include "spec.h"
+#include "core/spec.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -3,7 +3,7 @@
 #ifndef RP_TOOLS_SPEC_OPTS_H
 #define RP_TOOLS_SPEC_OPTS_H
 
-#include "spec.h"
+#include "core/spec.h"
 #include "tools.h"
 
 typedef struct spec_opts {

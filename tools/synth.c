@@ -1,5 +1,5 @@
 /* reprise synth: a deterministic random-weight model of a given shape. */
-#include "synth.h"
+#include "convert/synth.h"
 #include "tools.h"
 
 #include <string.h>

@@ -5,11 +5,11 @@
 #ifndef RP_ARCH_H
 #define RP_ARCH_H
 
-#include "context.h"
-#include "gguf.h"
-#include "model.h"
-#include "plan.h"
-#include "synth.h"
+#include "core/context.h"
+#include "format/gguf.h"
+#include "core/model.h"
+#include "core/plan.h"
+#include "convert/synth.h"
 
 struct rp_arch {
     const char *name; /* general.architecture */

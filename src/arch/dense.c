@@ -1,5 +1,5 @@
 #include "arch/dense.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdlib.h>

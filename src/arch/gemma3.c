@@ -33,7 +33,7 @@
  * max |delta| 4.4e-4, NMSE 2.6e-10, where plain F32 GELU gives 1.6e-3, 1.3e-8
  * (tests/unit/test_gemma.c). */
 #include "arch/dense.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <inttypes.h>
 #include <math.h>

@@ -15,9 +15,9 @@
  * its GGUF files. */
 #include "arch/qwen35.h"
 #include "arch/arch.h"
-#include "ops_delta.h"
-#include "types.h"
-#include "util.h"
+#include "kernels/ops_delta.h"
+#include "kernels/types.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -23,7 +23,7 @@
 #ifndef RP_ARCH_QWEN35_H
 #define RP_ARCH_QWEN35_H
 
-#include "context.h"
+#include "core/context.h"
 
 typedef struct rp_qwen35_mtp rp_qwen35_mtp;
 

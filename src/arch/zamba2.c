@@ -60,9 +60,9 @@
  *         [2H, ra] and attn_{q,k,v}_adapter_b.weight [ra, width of q/k/v].
  *   Adapter tensors without their rank key are refused, never guessed. */
 #include "arch/arch.h"
-#include "ops_ssm.h"
-#include "types.h"
-#include "util.h"
+#include "kernels/ops_ssm.h"
+#include "kernels/types.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
 #ifndef RP_KERNELS_H
 #define RP_KERNELS_H
 
-#include "cpu.h"
+#include "base/cpu.h"
 #include "reprise.h"
 
 #include <stddef.h>

@@ -4,8 +4,8 @@
  * same fused multiply-adds in the same order); integer parts may be computed
  * any exact way. */
 #include "kernels/kernels.h"
-#include "quant.h"
-#include "util.h"
+#include "kernels/quant.h"
+#include "base/util.h"
 
 #include <immintrin.h>
 #include <math.h>

@@ -16,8 +16,8 @@
  * correction, scales) into per-thread scratch and then used for every token
  * group. Matrix x vector (generation) streams the rows in their file layout. */
 #include "kernels/kernels.h"
-#include "quant.h"
-#include "util.h"
+#include "kernels/quant.h"
+#include "base/util.h"
 
 #include <immintrin.h>
 #include <math.h>

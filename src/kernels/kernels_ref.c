@@ -21,8 +21,8 @@
  * Per-type details are documented at each kernel. The SIMD kernels of every
  * ISA must produce exactly these floats. */
 #include "kernels/kernels.h"
-#include "quant.h"
-#include "util.h"
+#include "kernels/quant.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /* libFuzzer target: the GGUF reader, and the model loader (hyperparameters,
  * tensor binding, vocabulary) on whatever the reader accepts. */
-#include "gguf.h"
-#include "model.h"
+#include "format/gguf.h"
+#include "core/model.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* libFuzzer target: the safetensors reader (header length, JSON, dtypes,
  * shapes, offsets, coverage of the data section), and reading every tensor of
  * whatever it accepts back as F32. */
-#include "safetensors.h"
+#include "format/safetensors.h"
 
 #include <stdint.h>
 #include <stdlib.h>

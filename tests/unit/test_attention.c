@@ -5,10 +5,10 @@
  * several splits; and bit for bit, a batch equals its tokens one at a time,
  * on one thread and on two (where a single token's splits are spread over
  * the threads), with two sequences interleaved in a batch. */
-#include "ops.h"
+#include "kernels/ops.h"
 #include "test.h"
-#include "threads.h"
-#include "util.h"
+#include "base/threads.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <string.h>

@@ -4,10 +4,10 @@
  * whose right answer is known by construction. */
 #include "test.h"
 
-#include "gguf.h"
-#include "util.h"
+#include "format/gguf.h"
+#include "base/util.h"
 #include "reprise.h"
-#include "vocab.h"
+#include "text/vocab.h"
 
 #include <dirent.h>
 #include <jansson.h>

@@ -4,7 +4,7 @@
  * published Llama 2 / Mistral templates quoted below. */
 #include "test.h"
 
-#include "chat.h"
+#include "text/chat.h"
 #include "reprise.h"
 
 #include <jansson.h>

@@ -20,13 +20,13 @@
  * by up to ~2e-4, so Gemma 3's tight bound is max |Δ| <= 1e-3 with NMSE <=
  * 1e-10 (every case here: NMSE <= 1e-10); against plain transformers its F32
  * logits agree to 1e-4 max|logit|. */
-#include "convert.h"
-#include "gguf.h"
-#include "safetensors.h"
+#include "convert/convert.h"
+#include "format/gguf.h"
+#include "format/safetensors.h"
 #include "test.h"
-#include "types.h"
-#include "vocab.h"
-#include "util.h"
+#include "kernels/types.h"
+#include "text/vocab.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -379,7 +379,7 @@ void test_convert_vocab_spm(void) {
     fixture_vectors("gemma3");
 }
 
-/* byte-level BPE (needs the byte-level tokenizer, src/vocab_bpe.c) */
+/* byte-level BPE (needs the byte-level tokenizer, src/text/vocab_bpe.c) */
 void test_convert_vocab_bpe(void) {
     fixture_vectors("qwen2");
     fixture_vectors("qwen3");

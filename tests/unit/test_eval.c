@@ -1,11 +1,11 @@
-/* Perplexity and KL divergence (src/eval.c): llama.cpp's goldens, the
+/* Perplexity and KL divergence (src/eval/eval.c): llama.cpp's goldens, the
  * independence of the result from batching, the base-file format and its
  * refusals, and the KLD statistics against exact arithmetic. */
-#include "eval.h"
+#include "eval/eval.h"
 #include "golden.h"
 #include "test.h"
-#include "types.h"
-#include "util.h"
+#include "kernels/types.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <string.h>

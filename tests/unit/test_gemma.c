@@ -2,10 +2,10 @@
  * attention with a KV ring, and plans that keep each repeated layer's type. */
 #include "arch/arch.h"
 #include "arch/dense.h"
-#include "context.h"
+#include "core/context.h"
 #include "golden.h"
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <string.h>

@@ -1,10 +1,10 @@
 /* GGUF reader/writer: round trips, getters, failures, and robustness against
  * truncated and bit-flipped files. */
-#include "gguf.h"
-#include "model.h"
+#include "format/gguf.h"
+#include "core/model.h"
 #include "test.h"
-#include "types.h"
-#include "util.h"
+#include "kernels/types.h"
+#include "base/util.h"
 
 #include <string.h>
 #include <unistd.h>

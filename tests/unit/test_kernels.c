@@ -3,11 +3,11 @@
  * extreme ones), activation encodings byte for byte, float products to
  * rounding; and within one ISA, batch paths equal the one-row path exactly. */
 #include "kernels/kernels.h"
-#include "matmul.h"
-#include "quant.h"
+#include "kernels/matmul.h"
+#include "kernels/quant.h"
 #include "test.h"
-#include "types.h"
-#include "util.h"
+#include "kernels/types.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stddef.h>

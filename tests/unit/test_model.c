@@ -1,8 +1,8 @@
 /* Model loading: crafted hyperparameters, tokenizer metadata and tensors get
  * a clear error naming what is wrong, never a crash or a giant allocation. */
-#include "gguf.h"
+#include "format/gguf.h"
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <string.h>
 

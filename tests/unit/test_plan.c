@@ -1,7 +1,7 @@
 /* The plan module: grammar, expansion, validation messages. */
-#include "plan.h"
+#include "core/plan.h"
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <string.h>
 

@@ -1,13 +1,13 @@
 /* Plan files and content hashes: what the hash covers, the stamp written
  * while a file is written, the cache beside a model, the plan-file format
  * (round trip, every refusal naming its field) and the identity check. */
-#include "context.h"
-#include "gguf.h"
-#include "model.h"
-#include "plan.h"
-#include "planfile.h"
+#include "core/context.h"
+#include "format/gguf.h"
+#include "core/model.h"
+#include "core/plan.h"
+#include "core/planfile.h"
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <string.h>
 #include <sys/stat.h>

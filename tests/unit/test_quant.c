@@ -2,11 +2,11 @@
  * with llama.cpp's own quantized files, edge cases, refusal of types reprise
  * cannot compute, and the llama.cpp goldens of the quantized qwen3-tiny files. */
 #include "golden.h"
-#include "gguf.h"
-#include "quant.h"
+#include "format/gguf.h"
+#include "kernels/quant.h"
 #include "test.h"
-#include "types.h"
-#include "util.h"
+#include "kernels/types.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <string.h>

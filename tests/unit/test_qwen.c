@@ -4,9 +4,9 @@
 #include "golden.h"
 #include "test.h"
 
-#include "gguf.h"
-#include "model.h"
-#include "synth.h"
+#include "format/gguf.h"
+#include "core/model.h"
+#include "convert/synth.h"
 
 #include <math.h>
 #include <string.h>

@@ -3,11 +3,11 @@
  * recurrent layers, state sizes, the MTP head, and bad files. */
 #include "arch/arch.h"
 #include "arch/qwen35.h"
-#include "context.h"
+#include "core/context.h"
 #include "golden.h"
-#include "model.h"
+#include "core/model.h"
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <string.h>

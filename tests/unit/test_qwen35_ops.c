@@ -1,11 +1,11 @@
 /* The gated delta-net ops against plain double-precision references: the
  * causal conv with its rolling state and the delta rule, over a batch that
  * interleaves two sequences and spreads heads over two threads. */
-#include "cpu.h"
-#include "ops_delta.h"
+#include "base/cpu.h"
+#include "kernels/ops_delta.h"
 #include "test.h"
-#include "threads.h"
-#include "util.h"
+#include "base/threads.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <string.h>

@@ -2,9 +2,9 @@
  * checkpoints, crafted malformed headers (each refused with a message that
  * names the problem and a byte offset), and robustness against truncated and
  * bit-flipped files. */
-#include "safetensors.h"
+#include "format/safetensors.h"
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <stdint.h>
 #include <stdio.h>

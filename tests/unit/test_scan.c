@@ -1,14 +1,14 @@
-/* reprise scan (src/scan.c, scan_csv.c, png_canvas.c, png_heatmap.c): decoding
+/* reprise scan (src/eval/scan.c, scan_csv.c, png_canvas.c, png_heatmap.c): decoding
  * a range of plan steps from given hidden states is bit for bit the whole
  * plan; the scan with prefix reuse gives the numbers of whole plans and of the
  * eval core; probes, the block list, the CSV and its refusals, the Pareto
  * list, the heatmap read back through libpng. */
-#include "context.h"
-#include "eval.h"
-#include "png_canvas.h"
-#include "scan.h"
+#include "core/context.h"
+#include "eval/eval.h"
+#include "eval/png_canvas.h"
+#include "eval/scan.h"
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <png.h>

@@ -4,12 +4,12 @@
  * chi-square test on small vocabularies, and end to end on stories260K),
  * sequence checkpoints restore recurrent state exactly. */
 #include "golden.h"
-#include "gguf.h"
-#include "model.h"
-#include "spec.h"
-#include "synth.h"
+#include "format/gguf.h"
+#include "core/model.h"
+#include "core/spec.h"
+#include "convert/synth.h"
 #include "test.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <string.h>

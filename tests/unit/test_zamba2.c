@@ -3,7 +3,7 @@
  * in a file. (Against transformers: test_zamba2_hf.c.) */
 #include "test_zamba2.h"
 
-#include "synth.h"
+#include "convert/synth.h"
 
 #include <math.h>
 

@@ -4,10 +4,10 @@
 
 #include "test.h"
 
-#include "context.h"
-#include "gguf.h"
-#include "model.h"
-#include "util.h"
+#include "core/context.h"
+#include "format/gguf.h"
+#include "core/model.h"
+#include "base/util.h"
 
 #include <stdlib.h>
 #include <string.h>

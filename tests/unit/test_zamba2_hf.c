@@ -4,7 +4,7 @@
  * adapters matter. */
 #include "test_zamba2.h"
 
-#include "convert.h"
+#include "convert/convert.h"
 
 #include <math.h>
 

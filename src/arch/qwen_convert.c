@@ -1,0 +1,158 @@
+/* Qwen2ForCausalLM -> "qwen2" and Qwen3ForCausalLM -> "qwen3". Both keep
+ * Hugging Face's rotate-half layout (llama.cpp runs them with NeoX RoPE), so
+ * every tensor is a plain copy. Qwen2 has Q/K/V biases (mapped with their
+ * weights); Qwen3 has per-head RMSNorms on Q and K and often a tied output. */
+#include "convert/convert.h"
+#include "base/util.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define QWEN_RULES                                                                                 \
+    {                                                                                              \
+        "model.embed_tokens", "token_embd", {RP_DIM_EMBD, RP_DIM_VOCAB},                           \
+        RP_RULE_REQUIRED,     NULL,         NULL},                                                 \
+        {"model.norm", "output_norm", {RP_DIM_EMBD, 0}, RP_RULE_REQUIRED, NULL, NULL},             \
+        {"lm_head", "output", {RP_DIM_EMBD, RP_DIM_VOCAB}, 0, NULL, NULL},                         \
+        {"model.layers.#.input_layernorm",                                                         \
+         "blk.#.attn_norm",                                                                        \
+         {RP_DIM_EMBD, 0},                                                                         \
+         RP_RULE_REQUIRED,                                                                         \
+         NULL,                                                                                     \
+         NULL},                                                                                    \
+        {"model.layers.#.self_attn.q_proj",                                                        \
+         "blk.#.attn_q",                                                                           \
+         {RP_DIM_EMBD, RP_DIM_Q},                                                                  \
+         RP_RULE_REQUIRED,                                                                         \
+         NULL,                                                                                     \
+         NULL},                                                                                    \
+        {"model.layers.#.self_attn.k_proj",                                                        \
+         "blk.#.attn_k",                                                                           \
+         {RP_DIM_EMBD, RP_DIM_KV},                                                                 \
+         RP_RULE_REQUIRED,                                                                         \
+         NULL,                                                                                     \
+         NULL},                                                                                    \
+        {"model.layers.#.self_attn.v_proj",                                                        \
+         "blk.#.attn_v",                                                                           \
+         {RP_DIM_EMBD, RP_DIM_KV},                                                                 \
+         RP_RULE_REQUIRED,                                                                         \
+         NULL,                                                                                     \
+         NULL},                                                                                    \
+        {"model.layers.#.self_attn.o_proj",                                                        \
+         "blk.#.attn_output",                                                                      \
+         {RP_DIM_Q, RP_DIM_EMBD},                                                                  \
+         RP_RULE_REQUIRED,                                                                         \
+         NULL,                                                                                     \
+         NULL},                                                                                    \
+        {"model.layers.#.post_attention_layernorm",                                                \
+         "blk.#.ffn_norm",                                                                         \
+         {RP_DIM_EMBD, 0},                                                                         \
+         RP_RULE_REQUIRED,                                                                         \
+         NULL,                                                                                     \
+         NULL},                                                                                    \
+        {"model.layers.#.mlp.gate_proj",                                                           \
+         "blk.#.ffn_gate",                                                                         \
+         {RP_DIM_EMBD, RP_DIM_FF},                                                                 \
+         RP_RULE_REQUIRED,                                                                         \
+         NULL,                                                                                     \
+         NULL},                                                                                    \
+        {"model.layers.#.mlp.up_proj",                                                             \
+         "blk.#.ffn_up",                                                                           \
+         {RP_DIM_EMBD, RP_DIM_FF},                                                                 \
+         RP_RULE_REQUIRED,                                                                         \
+         NULL,                                                                                     \
+         NULL},                                                                                    \
+    {                                                                                              \
+        "model.layers.#.mlp.down_proj", "blk.#.ffn_down", {RP_DIM_FF, RP_DIM_EMBD},                \
+            RP_RULE_REQUIRED, NULL, NULL                                                           \
+    }
+
+static const rp_conv_rule g_qwen2[] = {QWEN_RULES};
+static const rp_conv_rule g_qwen3[] = {
+    QWEN_RULES,
+    {"model.layers.#.self_attn.q_norm",
+     "blk.#.attn_q_norm",
+     {RP_DIM_HEAD, 0},
+     RP_RULE_REQUIRED,
+     NULL,
+     NULL},
+    {"model.layers.#.self_attn.k_norm",
+     "blk.#.attn_k_norm",
+     {RP_DIM_HEAD, 0},
+     RP_RULE_REQUIRED,
+     NULL,
+     NULL},
+};
+
+static rp_status qwen_params(rp_conv *cv) {
+    rp_status s = rp_conv_decoder_params(cv, false);
+    if (s) return s;
+    rp_conv_rope r;
+    if ((s = rp_conv_rope_params(cv, NULL, &r))) return s;
+    if (!strcmp(r.type, "llama3"))
+        return rp_fail(RP_ERR_UNSUPPORTED, "%s/config.json: llama3 rope scaling on a Qwen model",
+                       cv->dir);
+    /* sliding-window attention in some layers is not something the GGUF qwen
+     * architectures express: refuse rather than convert a different model */
+    bool swa = false;
+    if ((s = rp_conv_cfg_bool(cv, "use_sliding_window", false, &swa))) return s;
+    if (swa)
+        return rp_fail(RP_ERR_UNSUPPORTED,
+                       "%s/config.json: use_sliding_window is true; llama.cpp's %s has no "
+                       "sliding-window layers",
+                       cv->dir, cv->arch->arch);
+    return RP_OK;
+}
+
+static rp_status qwen2_tensors(rp_conv *cv) {
+    rp_status s = rp_conv_output_head(cv);
+    return s ? s : rp_conv_map(cv, g_qwen2, RP_ARRAY_LEN(g_qwen2));
+}
+
+static rp_status qwen3_tensors(rp_conv *cv) {
+    rp_status s = rp_conv_output_head(cv);
+    return s ? s : rp_conv_map(cv, g_qwen3, RP_ARRAY_LEN(g_qwen3));
+}
+
+static rp_status lm_head_shape(rp_conv *cv, rp_st *st) {
+    if (cv->hp.tied) return RP_OK;
+    int64_t shape[2] = {cv->hp.n_vocab, cv->hp.n_embd};
+    return rp_st_add_shape(st, "lm_head.weight", rp_st_tensor_at(st, 0)->type, 2, shape);
+}
+
+static rp_status qwen2_shapes(rp_conv *cv, rp_st *st) {
+    rp_status s = rp_conv_rule_shapes(cv, st, g_qwen2, RP_ARRAY_LEN(g_qwen2));
+    int type = s ? 0 : rp_st_tensor_at(st, 0)->type;
+    /* Qwen2 always has Q/K/V biases */
+    static const char *const proj[] = {"q_proj", "k_proj", "v_proj"};
+    for (int64_t l = 0; l < cv->hp.n_layer && !s; l++)
+        for (int p = 0; p < 3 && !s; p++) {
+            char name[160];
+            snprintf(name, sizeof name, "model.layers.%lld.self_attn.%s.bias", (long long)l,
+                     proj[p]);
+            int64_t n = rp_conv_dim(cv, p ? RP_DIM_KV : RP_DIM_Q);
+            s = rp_st_add_shape(st, name, type, 1, &n);
+        }
+    return s ? s : lm_head_shape(cv, st);
+}
+
+static rp_status qwen3_shapes(rp_conv *cv, rp_st *st) {
+    rp_status s = rp_conv_rule_shapes(cv, st, g_qwen3, RP_ARRAY_LEN(g_qwen3));
+    return s ? s : lm_head_shape(cv, st);
+}
+
+const rp_conv_arch rp_conv_qwen2 = {
+    .hf_arch = "Qwen2ForCausalLM",
+    .arch = "qwen2",
+    .params = qwen_params,
+    .tensors = qwen2_tensors,
+    .shapes = qwen2_shapes,
+};
+
+const rp_conv_arch rp_conv_qwen3 = {
+    .hf_arch = "Qwen3ForCausalLM",
+    .arch = "qwen3",
+    .params = qwen_params,
+    .tensors = qwen3_tensors,
+    .shapes = qwen3_shapes,
+};

@@ -1,0 +1,244 @@
+/* reprise convert: Hugging Face checkpoints (config.json, safetensors,
+ * tokenizer.json) to GGUF files with the key names, tensor names and layouts
+ * llama.cpp's convert_hf_to_gguf.py writes, so the files load in llama.cpp as
+ * well as in reprise.
+ *
+ * The mechanism (convert.c) is shared; what an architecture is lives in its own
+ * file, src/convert_<name>.c, registered in src/convert_registry.c:
+ *   params   config.json -> "<arch>.*" hyperparameter keys (and cv->hp),
+ *   tensors  checkpoint tensors -> output tensors: a name, a shape and a row
+ *            producer (a plain copy, the llama Q/K permutation, Gemma's +1 on
+ *            RMSNorm weights, a slice, a sum of several inputs, generated
+ *            values). A checkpoint tensor may feed several outputs, several
+ *            checkpoint tensors one output, and a tensor shared by several
+ *            layers is simply planned once (the loader aliases it). Every
+ *            checkpoint tensor must be used or explicitly dropped, so nothing
+ *            is lost silently.
+ *   vocab    optional: how the tokenizer is sized (rp_conv_vocab),
+ *   shapes   optional: the checkpoint tensors config.json implies, so
+ *            --dry-run works on a config.json alone.
+ * Planning reads no tensor data: --dry-run is the plan printed. Writing streams
+ * each output in row chunks through its producer, converts the rows to the
+ * output type and hands them to the GGUF writer (temporary file + rename). */
+#ifndef RP_CONVERT_H
+#define RP_CONVERT_H
+
+#include "format/gguf.h"
+#include "reprise.h"
+#include "format/safetensors.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* ---- the conversion, as the tool drives it -------------------------------- */
+
+typedef struct rp_convert_params {
+    const char *dir;         /* the checkpoint directory */
+    int outtype;             /* type of the 2-D weights: RP_TYPE_F32, F16, BF16 or Q8_0; -1 = auto
+                              * (the checkpoint's 16-bit type, else F16, as llama.cpp guesses) */
+    bool vocab_only;         /* metadata and tokenizer only: no weights are read */
+    bool no_vocab;           /* no tokenizer: tokenizer.ggml.model = "none" */
+    bool shapes_from_config; /* a directory without weights is planned from config.json
+                              * (for --dry-run; needs the architecture's shapes callback) */
+    const char *vocab_pre;   /* force tokenizer.ggml.pre of a byte-level BPE tokenizer */
+    bool zamba2_merged; /* Zamba2: write the older merged form (each visit's adapter baked into a
+                         * full per-layer matrix) instead of shared blocks + adapter pairs */
+} rp_convert_params;
+
+rp_convert_params rp_convert_default_params(void);
+
+typedef struct rp_conv rp_conv;
+typedef struct rp_conv_out rp_conv_out;
+
+/* Reads config.json, the tokenizer and the tensor table, and plans the whole
+ * output (metadata, tokenizer keys, every tensor's name, type, shape and
+ * source). No tensor data is read. On failure *out is NULL. */
+rp_status rp_conv_open(const rp_convert_params *p, rp_conv **out);
+void rp_conv_free(rp_conv *cv);
+
+const char *rp_conv_hf_arch(const rp_conv *cv);   /* "LlamaForCausalLM" */
+const char *rp_conv_arch_name(const rp_conv *cv); /* "llama" */
+bool rp_conv_from_shapes(const rp_conv *cv);      /* planned from config.json alone */
+int64_t rp_conv_n_tokens(const rp_conv *cv);      /* tokens written (0 without a vocabulary) */
+size_t rp_conv_n_out(const rp_conv *cv);
+const rp_conv_out *rp_conv_out_at(const rp_conv *cv, size_t i);
+uint64_t rp_conv_file_size(const rp_conv *cv);
+
+/* Streams every tensor into path (temporary file + rename; nothing is left
+ * on failure or cancel). Needs a plan made from real weights. */
+rp_status rp_conv_write(rp_conv *cv, const char *path, rp_progress_fn progress, void *user);
+
+/* The tokenizer on its own: DIR/tokenizer.json (+ tokenizer_config.json and
+ * chat_template.jinja/.json; special token ids also from config, which may be
+ * NULL) as tokenizer.* keys into w. pad_to > 0 pads the token list with
+ * [PADn] entries to that many tokens (llama.cpp pads to config.json's
+ * vocab_size). add_space_prefix: -1 = from tokenizer.json. pre: NULL =
+ * recognise the pre-tokenizer. *n_tokens receives the token count. */
+rp_status rp_convert_tokenizer(const char *dir, const json_t *config, int64_t pad_to,
+                               int add_space_prefix, const char *pre, rp_gguf_writer *w,
+                               int64_t *n_tokens);
+
+/* ---- for architecture converters ------------------------------------------- */
+
+/* Produces rows [row0, row0 + n_rows) of an output as F32 (a row is ne[0]
+ * values; rows run over ne[1] * ne[2] * ne[3]). */
+typedef rp_status (*rp_conv_make_fn)(rp_conv *cv, const rp_conv_out *o, int64_t row0,
+                                     int64_t n_rows, float *dst);
+
+#define RP_CONV_MAX_SRC 4
+
+struct rp_conv_out {
+    char *name;
+    uint32_t n_dims;
+    int64_t ne[4];  /* GGUF order: ne[0] is contiguous (the checkpoint's last dimension) */
+    int type;       /* chosen when the plan is complete */
+    int force_type; /* -1: llama.cpp's rules (1-D and *_norm.weight F32, biases F32, the rest
+                     * the outtype, Q8_0 falling back to F16 on rows it cannot block) */
+    const rp_st_tensor *src[RP_CONV_MAX_SRC];
+    int n_src;
+    rp_conv_make_fn make; /* NULL: src[0]'s rows as they are */
+    int64_t iarg[4];      /* producer parameters */
+    float farg[4];
+    const float *values; /* generated values (owned by the converter), for rp_conv_add_values */
+    const char *note;    /* what the producer does, for the dry-run table (static string) */
+};
+
+/* Hyperparameters the tensor mapping checks shapes against (set by params). */
+typedef struct rp_conv_hparams {
+    int64_t n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_vocab;
+    bool tied; /* the embedding is the output matrix: no output.weight */
+} rp_conv_hparams;
+
+typedef struct rp_conv_arch {
+    const char *hf_arch; /* config.json "architectures"[0] */
+    const char *arch;    /* general.architecture */
+    rp_status (*params)(rp_conv *cv);
+    rp_status (*vocab)(rp_conv *cv); /* NULL: rp_conv_vocab(cv, true, -1) */
+    rp_status (*tensors)(rp_conv *cv);
+    rp_status (*shapes)(rp_conv *cv, rp_st *st); /* optional */
+} rp_conv_arch;
+
+const rp_conv_arch *rp_conv_arch_find(const char *hf_arch);
+const char *rp_conv_arch_list(void); /* for messages */
+
+/* Converter state. Architecture files use hp, st, w and arch_data; the rest
+ * belongs to the mechanism. */
+struct rp_conv {
+    rp_convert_params p;
+    char *dir;
+    const rp_conv_arch *arch;
+    json_t *config; /* config.json ("text_config" merged over the top level) */
+    rp_conv_hparams hp;
+    rp_st *st;  /* checkpoint tensors (shape-only when planned from config.json) */
+    bool *used; /* [n st tensors] */
+    rp_gguf_writer *w;
+    rp_conv_out *outs;
+    size_t n_out, cap_out;
+    int64_t n_tokens; /* tokens the vocabulary wrote */
+    int outtype;      /* resolved */
+    bool from_shapes;
+    float **owned; /* generated value buffers */
+    size_t n_owned;
+    float *chunk; /* F32 rows while writing */
+    size_t chunk_floats;
+    void *arch_data; /* an architecture's own state (freed with free()) */
+};
+
+/* config.json. A path is dotted ("rope_scaling.factor"); JSON null counts as
+ * absent. Range and type errors name the key. */
+const json_t *rp_conv_cfg(const rp_conv *cv, const char *path);
+rp_status rp_conv_cfg_int(rp_conv *cv, const char *path, bool required, int64_t def, int64_t lo,
+                          int64_t hi, int64_t *out);
+rp_status rp_conv_cfg_num(rp_conv *cv, const char *path, bool required, double def, double *out);
+rp_status rp_conv_cfg_bool(rp_conv *cv, const char *path, bool def, bool *out);
+rp_status rp_conv_cfg_str(rp_conv *cv, const char *path, const char *def, const char **out);
+
+/* "<arch>.<suffix>" keys. */
+rp_status rp_conv_set_u32(rp_conv *cv, const char *suffix, uint32_t v);
+rp_status rp_conv_set_f32(rp_conv *cv, const char *suffix, float v);
+rp_status rp_conv_set_bool(rp_conv *cv, const char *suffix, bool v);
+rp_status rp_conv_set_str(rp_conv *cv, const char *suffix, const char *v);
+rp_status rp_conv_set_arr(rp_conv *cv, const char *suffix, int elem_type, const void *raw,
+                          uint64_t n);
+
+/* RoPE parameters from either config.json layout: transformers 5's
+ * rope_parameters (flat, or per layer type {"full_attention": {...},
+ * "sliding_attention": {...}}) or the older rope_theta + rope_scaling (+
+ * rope_local_base_freq for sliding layers). layer_type: NULL or
+ * "full_attention" / "sliding_attention". */
+typedef struct rp_conv_rope {
+    const char *type;  /* "default", "linear", "yarn", "llama3", ... */
+    double theta;      /* 0 when config.json has none */
+    const json_t *obj; /* the parameter object (factor, ...), or NULL */
+} rp_conv_rope;
+rp_status rp_conv_rope_params(rp_conv *cv, const char *layer_type, rp_conv_rope *out);
+/* A number of the rope parameter object (rope_scaling.factor, ...). */
+rp_status rp_conv_rope_num(rp_conv *cv, const rp_conv_rope *r, const char *key, bool required,
+                           double def, double *out);
+
+/* The keys every decoder-only transformer writes, as llama.cpp's TextModel
+ * does: block_count, context_length, embedding_length, feed_forward_length,
+ * attention.head_count(_kv), rope.freq_base and linear/yarn scaling,
+ * attention.layer_norm_rms_epsilon, attention.key_length/value_length when
+ * config.json has head_dim. Fills cv->hp (tied from tie_word_embeddings, whose
+ * default is tied_default). */
+rp_status rp_conv_decoder_params(rp_conv *cv, bool tied_default);
+
+/* Tensor planning. */
+rp_conv_out *rp_conv_add(rp_conv *cv, const char *name,
+                         const rp_st_tensor *src); /* NULL on error */
+rp_conv_out *rp_conv_add_values(rp_conv *cv, const char *name, uint32_t n_dims, const int64_t *ne,
+                                float *values /* taken */);
+rp_status rp_conv_drop(rp_conv *cv, const rp_st_tensor *t); /* used on purpose, no output */
+rp_conv_out *rp_conv_find_out(rp_conv *cv, const char *name);
+bool rp_conv_is_used(const rp_conv *cv, const rp_st_tensor *t);
+
+/* Symbolic dimensions of rule shapes, resolved from cv->hp. */
+enum {
+    RP_DIM_ANY = 0,
+    RP_DIM_EMBD,  /* n_embd */
+    RP_DIM_FF,    /* n_ff */
+    RP_DIM_VOCAB, /* n_vocab */
+    RP_DIM_Q,     /* n_head * head_dim */
+    RP_DIM_KV,    /* n_head_kv * head_dim */
+    RP_DIM_HEAD,  /* head_dim */
+};
+enum { RP_RULE_REQUIRED = 1 }; /* the .weight must exist (in every layer for '#' rules) */
+
+/* "<hf>.weight" / "<hf>.bias" -> "<gguf>.weight" / "<gguf>.bias"; '#' in
+ * both stands for the layer number (< n_layer). ne: the .weight's expected
+ * GGUF shape (ne[1] = 0: 1-D); a .bias is [ne[1]]. */
+typedef struct rp_conv_rule {
+    const char *hf, *gguf;
+    uint8_t ne[2];
+    unsigned flags;
+    rp_conv_make_fn make; /* NULL = copy */
+    const char *note;
+} rp_conv_rule;
+
+/* Maps every unused checkpoint tensor that matches a rule; checks shapes and
+ * required tensors. */
+rp_status rp_conv_map(rp_conv *cv, const rp_conv_rule *rules, size_t n_rules);
+/* The checkpoint tensors the rules imply (weights of REQUIRED rules), for an
+ * architecture's shapes callback; dtype from config.json's dtype/torch_dtype. */
+rp_status rp_conv_rule_shapes(rp_conv *cv, rp_st *st, const rp_conv_rule *rules, size_t n_rules);
+int64_t rp_conv_dim(const rp_conv *cv, int dim);
+/* Drops lm_head.weight of a tied model; requires it when the model is not tied. */
+rp_status rp_conv_output_head(rp_conv *cv);
+
+/* Producers. */
+rp_status rp_conv_make_copy(rp_conv *cv, const rp_conv_out *o, int64_t row0, int64_t n_rows,
+                            float *dst);
+rp_status rp_conv_make_values(rp_conv *cv, const rp_conv_out *o, int64_t row0, int64_t n_rows,
+                              float *dst);
+/* Rows of a checkpoint tensor (a row: its last dimension; a 0-/1-D tensor is
+ * one row). */
+int64_t rp_conv_src_row_len(const rp_st_tensor *t);
+rp_status rp_conv_src_rows(const rp_st_tensor *t, int64_t row0, int64_t n_rows, float *dst);
+
+/* The vocabulary of cv's directory (see rp_convert_tokenizer): pad_to_config
+ * pads to hp.n_vocab. Sets cv->n_tokens. */
+rp_status rp_conv_vocab(rp_conv *cv, bool pad_to_config, int add_space_prefix);
+
+#endif

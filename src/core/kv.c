@@ -1,0 +1,205 @@
+#include "core/kv.h"
+#include "core/context.h"
+#include "base/util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void *state_alloc(rp_state *st, size_t bytes, const char *what) {
+    void *p = rp_alloc_aligned(bytes, what);
+    if (!p) return NULL;
+    st->blocks[st->n_blocks++] = p;
+    return p;
+}
+
+rp_status rp_state_init(rp_state *st, const rp_model *m, const rp_plan *plan, int n_seq, int n_ctx,
+                        int ring_extra, int type_k, int type_v) {
+    memset(st, 0, sizeof *st);
+    st->n_steps = plan->n_eff;
+    st->n_seq = n_seq;
+    st->n_ctx = n_ctx;
+    size_t n_views = (size_t)plan->n_eff * (size_t)n_seq;
+    st->kv = rp_calloc(n_views, sizeof *st->kv, "KV views");
+    st->rec = rp_calloc(n_views, sizeof *st->rec, "state views");
+    st->rec_floats = rp_calloc((size_t)plan->n_eff, sizeof *st->rec_floats, "state sizes");
+    st->seq_len = rp_calloc((size_t)n_seq, sizeof *st->seq_len, "sequence lengths");
+    st->seq_ckpt = rp_calloc((size_t)n_seq, sizeof *st->seq_ckpt, "sequence checkpoints");
+    st->seq_low = rp_calloc((size_t)n_seq, sizeof *st->seq_low, "sequence checkpoints");
+    st->blocks = rp_calloc((size_t)plan->n_eff * 3 + 1, sizeof *st->blocks, "state blocks");
+    if (!st->kv || !st->rec || !st->rec_floats || !st->seq_len || !st->seq_ckpt || !st->seq_low ||
+        !st->blocks) {
+        rp_state_free(st);
+        return RP_ERR_NOMEM;
+    }
+    size_t esk = type_k == RP_TYPE_F16 ? 2 : 4, esv = type_v == RP_TYPE_F16 ? 2 : 4;
+    for (int e = 0; e < plan->n_eff; e++) {
+        const rp_layer_info *li = &m->info[plan->src[e]];
+        if (li->has_kv) {
+            int cap = n_ctx;
+            if (li->kind == RP_LAYER_ATTN_SWA && li->window > 0)
+                cap = RP_MIN(n_ctx, li->window + ring_extra - 1);
+            size_t per_k = (size_t)li->n_head_kv * (size_t)cap * (size_t)li->head_dim_k * esk;
+            size_t per_v = (size_t)li->n_head_kv * (size_t)cap * (size_t)li->head_dim_v * esv;
+            uint8_t *kb = state_alloc(st, per_k * (size_t)n_seq, "KV cache (K)");
+            uint8_t *vb = kb ? state_alloc(st, per_v * (size_t)n_seq, "KV cache (V)") : NULL;
+            if (!vb) {
+                rp_state_free(st);
+                return rp_fail_prefix(RP_ERR_NOMEM, "KV cache for step %d (source layer %d)", e,
+                                      plan->src[e]);
+            }
+            for (int s = 0; s < n_seq; s++) {
+                rp_kv_view *v = &st->kv[(size_t)e * (size_t)n_seq + (size_t)s];
+                v->k = kb + per_k * (size_t)s;
+                v->v = vb + per_v * (size_t)s;
+                v->type_k = type_k;
+                v->type_v = type_v;
+                v->cap = cap;
+            }
+            st->kv_bytes += (uint64_t)(per_k + per_v) * (uint64_t)n_seq;
+        }
+        if (li->rec_floats) {
+            st->rec_floats[e] = li->rec_floats;
+            float *rb =
+                state_alloc(st, li->rec_floats * sizeof(float) * (size_t)n_seq, "recurrent state");
+            if (!rb) {
+                rp_state_free(st);
+                return rp_fail_prefix(RP_ERR_NOMEM, "recurrent state for step %d", e);
+            }
+            for (int s = 0; s < n_seq; s++)
+                st->rec[(size_t)e * (size_t)n_seq + (size_t)s] = rb + li->rec_floats * (size_t)s;
+            st->rec_bytes += (uint64_t)li->rec_floats * sizeof(float) * (uint64_t)n_seq;
+        }
+    }
+    return RP_OK;
+}
+
+void rp_state_free(rp_state *st) {
+    if (st->blocks)
+        for (int i = 0; i < st->n_blocks; i++) rp_free_aligned(st->blocks[i]);
+    free(st->blocks);
+    free(st->kv);
+    free(st->rec);
+    free(st->rec_floats);
+    free(st->seq_len);
+    free(st->seq_ckpt);
+    free(st->seq_low);
+    memset(st, 0, sizeof *st);
+}
+
+void rp_state_clear_seq(rp_state *st, int seq) {
+    st->seq_len[seq] = 0;
+    st->seq_low[seq] = 0;
+    for (int e = 0; e < st->n_steps; e++) {
+        float *r = st->rec[(size_t)e * (size_t)st->n_seq + (size_t)seq];
+        if (r) memset(r, 0, st->rec_floats[e] * sizeof(float));
+    }
+}
+
+size_t rp_state_rec_floats_seq(const rp_state *st) {
+    size_t n = 0;
+    for (int e = 0; e < st->n_steps; e++) n += st->rec_floats[e];
+    return n;
+}
+
+/* ---- sequence checkpoints ------------------------------------------------ */
+
+struct rp_seq_checkpoint {
+    const rp_context *ctx; /* the context it belongs to */
+    int seq;               /* -1 until saved */
+    int len;               /* positions the sequence had */
+    uint32_t id;           /* the sequence's checkpoint count at the save */
+    size_t n_floats;
+    float *rec; /* [n_floats] every recurrent step's state of the sequence, in step order */
+};
+
+bool rp_context_has_recurrent(const rp_context *c) {
+    return rp_state_rec_floats_seq(&c->state) > 0;
+}
+
+rp_seq_checkpoint *rp_seq_checkpoint_new(const rp_context *c) {
+    rp_seq_checkpoint *ck = rp_calloc(1, sizeof *ck, "sequence checkpoint");
+    if (!ck) return NULL;
+    ck->ctx = c;
+    ck->seq = -1;
+    ck->len = -1;
+    ck->n_floats = rp_state_rec_floats_seq(&c->state);
+    if (ck->n_floats) {
+        ck->rec = rp_alloc_aligned(ck->n_floats * sizeof(float), "sequence checkpoint");
+        if (!ck->rec) {
+            free(ck);
+            return NULL;
+        }
+    }
+    return ck;
+}
+
+void rp_seq_checkpoint_free(rp_seq_checkpoint *ck) {
+    if (!ck) return;
+    rp_free_aligned(ck->rec);
+    free(ck);
+}
+
+int rp_seq_checkpoint_len(const rp_seq_checkpoint *ck) {
+    return ck ? ck->len : -1;
+}
+
+static rp_status ckpt_check(const rp_context *c, int seq, const rp_seq_checkpoint *ck,
+                            const char *what) {
+    if (!ck) return rp_fail(RP_ERR_INVALID_ARG, "%s: no checkpoint given", what);
+    if (ck->ctx != c)
+        return rp_fail(RP_ERR_INVALID_ARG, "%s: the checkpoint was made for another context", what);
+    if (seq < 0 || seq >= c->n_seq)
+        return rp_fail(RP_ERR_INVALID_ARG, "%s: sequence %d out of range (context has %d)", what,
+                       seq, c->n_seq);
+    return RP_OK;
+}
+
+rp_status rp_seq_checkpoint_save(const rp_context *c, int seq, rp_seq_checkpoint *ck) {
+    rp_status s = ckpt_check(c, seq, ck, "checkpoint save");
+    if (s) return s;
+    rp_state *st = (rp_state *)&c->state; /* the guard is bookkeeping, not state */
+    float *dst = ck->rec;
+    for (int e = 0; e < st->n_steps; e++) {
+        const float *r = st->rec[(size_t)e * (size_t)st->n_seq + (size_t)seq];
+        if (!r) continue;
+        memcpy(dst, r, st->rec_floats[e] * sizeof(float));
+        dst += st->rec_floats[e];
+    }
+    ck->seq = seq;
+    ck->len = st->seq_len[seq];
+    ck->id = ++st->seq_ckpt[seq];
+    st->seq_low[seq] = ck->len;
+    return RP_OK;
+}
+
+rp_status rp_seq_checkpoint_restore(rp_context *c, int seq, const rp_seq_checkpoint *ck) {
+    rp_status s = ckpt_check(c, seq, ck, "checkpoint restore");
+    if (s) return s;
+    rp_state *st = &c->state;
+    if (ck->seq < 0)
+        return rp_fail(RP_ERR_INVALID_ARG, "checkpoint restore: the checkpoint was never saved");
+    if (ck->seq != seq)
+        return rp_fail(RP_ERR_INVALID_ARG,
+                       "checkpoint restore: the checkpoint holds sequence %d, not %d", ck->seq,
+                       seq);
+    if (ck->id != st->seq_ckpt[seq])
+        return rp_fail(
+            RP_ERR_INVALID_ARG,
+            "checkpoint restore: sequence %d has had a newer checkpoint saved since this one", seq);
+    if (st->seq_low[seq] < ck->len)
+        return rp_fail(RP_ERR_INVALID_ARG,
+                       "checkpoint restore: sequence %d was cut back to %d positions after the "
+                       "checkpoint at %d; "
+                       "the positions it needs are gone",
+                       seq, st->seq_low[seq], ck->len);
+    if ((s = rp_ctx_ring_rollback_check(c, seq, ck->len))) return s;
+    const float *src = ck->rec;
+    for (int e = 0; e < st->n_steps; e++) {
+        float *r = st->rec[(size_t)e * (size_t)st->n_seq + (size_t)seq];
+        if (!r) continue;
+        memcpy(r, src, st->rec_floats[e] * sizeof(float));
+        src += st->rec_floats[e];
+    }
+    st->seq_len[seq] = ck->len;
+    return RP_OK;
+}

@@ -1,0 +1,511 @@
+#include "kernels/ops.h"
+#include "kernels/kernels.h"
+#include "base/util.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- norms --------------------------------------------------------------- */
+
+void rp_rmsnorm(float *y, const float *x, const float *w, int n, int n_rows, float eps) {
+    for (int r = 0; r < n_rows; r++) {
+        const float *xr = x + (size_t)r * (size_t)n;
+        float *yr = y + (size_t)r * (size_t)n;
+        double ss = 0; /* double accumulation, as ggml does */
+        for (int i = 0; i < n; i++) ss += (double)(xr[i] * xr[i]);
+        float scale = 1.0f / sqrtf((float)(ss / n) + eps);
+        if (w)
+            for (int i = 0; i < n; i++) yr[i] = (xr[i] * scale) * w[i];
+        else
+            for (int i = 0; i < n; i++) yr[i] = xr[i] * scale;
+    }
+}
+
+void rp_rmsnorm_heads(float *x, const float *w, int head_dim, int n_head, int n_rows, int stride,
+                      float eps) {
+    for (int r = 0; r < n_rows; r++)
+        rp_rmsnorm(x + (size_t)r * (size_t)stride, x + (size_t)r * (size_t)stride, w, head_dim,
+                   n_head, eps);
+}
+
+void rp_layernorm(float *y, const float *x, const float *w, const float *b, int n, int n_rows,
+                  float eps) {
+    for (int r = 0; r < n_rows; r++) {
+        const float *xr = x + (size_t)r * (size_t)n;
+        float *yr = y + (size_t)r * (size_t)n;
+        double mean = 0, var = 0;
+        for (int i = 0; i < n; i++) mean += xr[i];
+        mean /= n;
+        for (int i = 0; i < n; i++) var += ((double)xr[i] - mean) * ((double)xr[i] - mean);
+        float scale = 1.0f / sqrtf((float)(var / n) + eps);
+        for (int i = 0; i < n; i++) {
+            float v = (float)(xr[i] - mean) * scale;
+            yr[i] = v * (w ? w[i] : 1.0f) + (b ? b[i] : 0.0f);
+        }
+    }
+}
+
+/* ---- rope ---------------------------------------------------------------- */
+
+static float yarn_ramp(float low, float high, int i0) {
+    float y = ((float)(i0 / 2) - low) / fmaxf(0.001f, high - low);
+    return 1.0f - fminf(1.0f, fmaxf(0.0f, y));
+}
+
+static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
+    return (float)n_dims * logf((float)n_ctx_orig / (n_rot * 2.0f * (float)M_PI)) /
+           (2.0f * logf(base));
+}
+
+void rp_rope_cache(float *cs, const int32_t *pos, int n_tok, const rp_rope_params *p) {
+    const int n_rot = p->n_rot;
+    const float theta_scale = powf(p->freq_base, -2.0f / (float)n_rot);
+    float corr[2] = {0, 0};
+    if (p->ext_factor != 0.0f) {
+        float lo = floorf(yarn_corr_dim(n_rot, p->n_ctx_orig, p->beta_fast, p->freq_base));
+        float hi = ceilf(yarn_corr_dim(n_rot, p->n_ctx_orig, p->beta_slow, p->freq_base));
+        corr[0] = fmaxf(0.0f, lo);
+        corr[1] = fminf((float)(n_rot - 1), hi);
+    }
+    for (int t = 0; t < n_tok; t++) {
+        float *c = cs + (size_t)t * (size_t)n_rot;
+        float theta = (float)pos[t];
+        for (int i0 = 0; i0 < n_rot; i0 += 2) {
+            float ff = p->freq_factors ? p->freq_factors[i0 / 2] : 1.0f;
+            float extrap = theta / ff;
+            float interp = p->freq_scale * extrap;
+            float th = interp, mscale = p->attn_factor;
+            if (p->ext_factor != 0.0f) {
+                float mix = yarn_ramp(corr[0], corr[1], i0) * p->ext_factor;
+                th = interp * (1 - mix) + extrap * mix;
+                mscale *= 1.0f + 0.1f * logf(1.0f / p->freq_scale);
+            }
+            c[i0] = cosf(th) * mscale;
+            c[i0 + 1] = sinf(th) * mscale;
+            theta *= theta_scale;
+        }
+    }
+}
+
+void rp_rope_apply(float *x, int n_tok, int stride, int n_head, int head_dim, int n_rot,
+                   const float *cs, rp_rope_style style) {
+    for (int t = 0; t < n_tok; t++) {
+        const float *c = cs + (size_t)t * (size_t)n_rot;
+        for (int h = 0; h < n_head; h++) {
+            float *v = x + (size_t)t * (size_t)stride + (size_t)h * (size_t)head_dim;
+            if (style == RP_ROPE_NEOX) {
+                int half = n_rot / 2;
+                for (int i = 0; i < half; i++) {
+                    float x0 = v[i], x1 = v[i + half];
+                    float co = c[2 * i], si = c[2 * i + 1];
+                    v[i] = x0 * co - x1 * si;
+                    v[i + half] = x0 * si + x1 * co;
+                }
+            } else {
+                for (int i = 0; i < n_rot; i += 2) {
+                    float x0 = v[i], x1 = v[i + 1];
+                    float co = c[i], si = c[i + 1];
+                    v[i] = x0 * co - x1 * si;
+                    v[i + 1] = x0 * si + x1 * co;
+                }
+            }
+        }
+    }
+}
+
+/* ---- activations --------------------------------------------------------- */
+
+void rp_silu_mul(float *gate, const float *up, int n) {
+    for (int i = 0; i < n; i++) {
+        float g = gate[i];
+        gate[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void rp_gelu_tanh_mul(float *gate, const float *up, int n) {
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    for (int i = 0; i < n; i++) {
+        float x = gate[i];
+        gate[i] = 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x))) * up[i];
+    }
+}
+
+/* ggml's CPU backend defines GGML_GELU_FP16: for |x| < 10 it reads GELU from
+ * a table indexed by x rounded to fp16, whose entries are GELU(that fp16
+ * value) rounded to fp16; below -10 it gives 0, from 10 up x itself. The
+ * same values computed here without the table (one tanhf per element, as in
+ * rp_gelu_tanh_mul), so no shared state needs initializing. */
+static float gelu_tanh_f32(float x) {
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x)));
+}
+
+void rp_gelu_tanh_f16_mul(float *gate, const float *up, int n) {
+    for (int i = 0; i < n; i++) {
+        float x = gate[i], g;
+        if (x <= -10.0f)
+            g = 0.0f;
+        else if (x >= 10.0f)
+            g = x;
+        else
+            g = rp_fp16_to_fp32(
+                rp_fp32_to_fp16(gelu_tanh_f32(rp_fp16_to_fp32(rp_fp32_to_fp16(x)))));
+        gate[i] = g * up[i];
+    }
+}
+
+void rp_gelu_erf_mul(float *gate, const float *up, int n) {
+    for (int i = 0; i < n; i++) {
+        float x = gate[i];
+        gate[i] = 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)) * up[i];
+    }
+}
+
+void rp_add(float *y, const float *x, int n) {
+    for (int i = 0; i < n; i++) y[i] += x[i];
+}
+
+void rp_scale(float *y, float s, int n) {
+    for (int i = 0; i < n; i++) y[i] *= s;
+}
+
+void rp_softcap(float *x, float cap, int n) {
+    for (int i = 0; i < n; i++) x[i] = cap * tanhf(x[i] / cap);
+}
+
+void rp_softmax(float *x, int n) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) mx = fmaxf(mx, x[i]);
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+/* ---- attention ----------------------------------------------------------- */
+
+size_t rp_attention_scratch(int n_ctx, int n_head, int n_head_kv) {
+    int group = n_head / (n_head_kv > 0 ? n_head_kv : 1);
+    return (size_t)group * (size_t)(n_ctx + 16);
+}
+
+void rp_kv_write(const rp_kv_view *kv, int n_head_kv, int head_dim_k, int head_dim_v, int pos,
+                 const float *k, const float *v) {
+    const rp_kernels *kn = rp_kern();
+    int cell = pos % kv->cap;
+    for (int h = 0; h < n_head_kv; h++) {
+        size_t ok = ((size_t)h * (size_t)kv->cap + (size_t)cell) * (size_t)head_dim_k;
+        size_t ov = ((size_t)h * (size_t)kv->cap + (size_t)cell) * (size_t)head_dim_v;
+        if (kv->type_k == RP_TYPE_F16)
+            kn->f32_to_f16(k + (size_t)h * head_dim_k, (uint16_t *)kv->k + ok, head_dim_k);
+        else
+            memcpy((float *)kv->k + ok, k + (size_t)h * head_dim_k,
+                   (size_t)head_dim_k * sizeof(float));
+        if (kv->type_v == RP_TYPE_F16)
+            kn->f32_to_f16(v + (size_t)h * head_dim_v, (uint16_t *)kv->v + ov, head_dim_v);
+        else
+            memcpy((float *)kv->v + ov, v + (size_t)h * head_dim_v,
+                   (size_t)head_dim_v * sizeof(float));
+    }
+}
+
+/* ---- the per-key path: F32 caches (llama.cpp's arithmetic), CPUs without a
+ * split kernel, head dims beyond it ------------------------------------------ */
+
+typedef struct attn_job {
+    const rp_attn_args *a;
+    float *scratch;
+    size_t per_thread;
+} attn_job;
+
+static void attn_task(void *arg, int ith, int nth) {
+    const attn_job *j = arg;
+    const rp_attn_args *a = j->a;
+    const rp_kernels *kn = rp_kern();
+    const int group = a->n_head / a->n_head_kv;
+    const int dk = a->head_dim_k, dv = a->head_dim_v;
+    float *sc = j->scratch + (size_t)ith * j->per_thread;
+    const int n_tasks = a->n_tok * a->n_head_kv;
+    for (int task = ith; task < n_tasks; task += nth) {
+        const int t = task / a->n_head_kv, g = task % a->n_head_kv;
+        const rp_kv_view *kv = a->kv[t];
+        const int p = a->pos[t];
+        const int lo = a->window > 0 ? RP_MAX(0, p - a->window + 1) : 0;
+        const int n = p - lo + 1;
+        RP_ASSERT(n <= kv->cap);
+        const size_t head_k = (size_t)g * (size_t)kv->cap * (size_t)dk;
+        const size_t head_v = (size_t)g * (size_t)kv->cap * (size_t)dv;
+        for (int hh = 0; hh < group; hh++) {
+            const int h = g * group + hh;
+            const float *q = a->q + (size_t)t * (size_t)a->q_stride + (size_t)h * (size_t)dk;
+            float *s = sc + (size_t)hh * (size_t)(j->per_thread / (size_t)group);
+            for (int i = 0; i < n; i++) {
+                int cell = (lo + i) % kv->cap;
+                float d =
+                    kv->type_k == RP_TYPE_F16
+                        ? kn->dot_f16_f32(dk, (const uint16_t *)kv->k + head_k + (size_t)cell * dk,
+                                          q)
+                        : kn->dot_f32(dk, (const float *)kv->k + head_k + (size_t)cell * dk, q);
+                d *= a->scale;
+                if (a->softcap > 0) d = a->softcap * tanhf(d / a->softcap);
+                s[i] = d;
+            }
+            rp_softmax(s, n);
+            float *o = a->out + (size_t)t * (size_t)a->out_stride + (size_t)h * (size_t)dv;
+            memset(o, 0, (size_t)dv * sizeof(float));
+            for (int i = 0; i < n; i++) {
+                int cell = (lo + i) % kv->cap;
+                if (kv->type_v == RP_TYPE_F16)
+                    kn->axpy_f16(dv, s[i], (const uint16_t *)kv->v + head_v + (size_t)cell * dv, o);
+                else
+                    kn->axpy_f32(dv, s[i], (const float *)kv->v + head_v + (size_t)cell * dv, o);
+            }
+        }
+    }
+}
+
+/* ---- the split path -------------------------------------------------------
+ *
+ * A query's keys are taken in splits of RP_ATTN_SPLIT positions (fixed in
+ * absolute position: split s holds positions [s * S, (s + 1) * S)); the
+ * kernel returns for each split the maximum score m, the sum l of
+ * exp(score - m) and the unnormalized weighted sum o of V rows; the splits'
+ * results are merged in split order and o / l is the output. The work is
+ * items of (a tile of up to tq consecutive tokens, a KV head, up to hq of
+ * the query heads sharing it), so each K or V row a kernel call reads serves
+ * up to RP_ATTN_MAXQ queries. Many items (prompts): each thread takes whole
+ * items and merges their splits as it goes. Few items (generation, a long
+ * context): the (item, split) pairs are spread over the threads and merged
+ * by a second pass. Both do the same arithmetic in the same order for every
+ * query, which does not depend on the other tokens of the batch: a batch
+ * equals its tokens one at a time. */
+
+typedef struct attn_plan {
+    const rp_attn_args *a;
+    rp_attn_split_fn split;
+    int group, hq, tq; /* query heads per KV head; per item; tokens per tile */
+    int n_tiles, n_hc, n_items;
+    int n_spl;   /* splits per item in the split-spread mode */
+    float *part; /* [n_items][n_spl]: m[MAXQ], l[MAXQ], has[MAXQ], o[MAXQ][dv] */
+} attn_plan;
+
+/* item i: tile, KV head, head chunk */
+static void item_of(const attn_plan *P, int i, int *tile, int *g, int *hc) {
+    *hc = i % P->n_hc;
+    *g = (i / P->n_hc) % P->a->n_head_kv;
+    *tile = i / P->n_hc / P->a->n_head_kv;
+}
+
+/* visible positions [lo, p + 1) of token t */
+static int vis_lo(const rp_attn_args *a, int t) {
+    return a->window > 0 ? RP_MAX(0, a->pos[t] - a->window + 1) : 0;
+}
+
+/* The queries of item i (slot = token in tile * hq + head in chunk), split s:
+ * m[slot], l[slot], o[slot * dv] for the slots whose token sees the split
+ * (has[slot]); one kernel call per run of tokens sharing a cache (a run's
+ * slots are consecutive: a tile of several tokens has every head of the
+ * group in one chunk). */
+static void item_split(const attn_plan *P, int i, int s, float *m, float *l, float *o, bool *has) {
+    const rp_attn_args *a = P->a;
+    int tile, g, hc;
+    item_of(P, i, &tile, &g, &hc);
+    const int t0 = tile * P->tq, t1 = RP_MIN(a->n_tok, t0 + P->tq);
+    const int h0 = g * P->group + hc * P->hq, nh = RP_MIN(P->hq, P->group - hc * P->hq);
+    const int k0 = s * RP_ATTN_SPLIT, k1 = k0 + RP_ATTN_SPLIT;
+    for (int q = 0; q < RP_ATTN_MAXQ; q++) has[q] = false;
+    for (int ta = t0; ta < t1;) {
+        const rp_kv_view *kv = a->kv[ta];
+        int tb = ta + 1;
+        while (tb < t1 && a->kv[tb] == kv) tb++;
+        const size_t ek = kv->type_k == RP_TYPE_F16 ? 2 : 4, ev = kv->type_v == RP_TYPE_F16 ? 2 : 4;
+        rp_attn_split sp = {
+            .k0 = k0,
+            .k1 = k1,
+            .k = (const uint8_t *)kv->k + (size_t)g * (size_t)kv->cap * (size_t)a->head_dim_k * ek,
+            .v = (const uint8_t *)kv->v + (size_t)g * (size_t)kv->cap * (size_t)a->head_dim_v * ev,
+            .type_k = kv->type_k,
+            .type_v = kv->type_v,
+            .cap = kv->cap,
+            .dk = a->head_dim_k,
+            .dv = a->head_dim_v,
+            .scale = a->scale,
+            .softcap = a->softcap};
+        const int first = (ta - t0) * P->hq;
+        bool any = false;
+        for (int t = ta; t < tb; t++) {
+            const int lo = vis_lo(a, t), hi = a->pos[t] + 1;
+            RP_ASSERT(hi - lo <= kv->cap);
+            for (int h = 0; h < nh; h++) {
+                const int q = sp.nq++;
+                RP_ASSERT(first + q == (t - t0) * P->hq + h);
+                sp.q[q] = a->q + (size_t)t * (size_t)a->q_stride +
+                          (size_t)(h0 + h) * (size_t)a->head_dim_k;
+                sp.beg[q] = RP_MAX(lo, k0);
+                sp.end[q] = RP_MIN(hi, k1);
+                has[first + q] = sp.beg[q] < sp.end[q];
+                any |= has[first + q];
+            }
+        }
+        if (any)
+            P->split(&sp, m + first, l + first, o + (size_t)first * (size_t)a->head_dim_v,
+                     (size_t)a->head_dim_v);
+        ta = tb;
+    }
+}
+
+/* acc (m, l, o) merged with a split's (ms, ls, os); the first one is copied */
+static void attn_merge(bool first, float *m, float *l, float *o, float ms, float ls,
+                       const float *os, int dv) {
+    if (first) {
+        *m = ms;
+        *l = ls;
+        memcpy(o, os, (size_t)dv * sizeof(float));
+        return;
+    }
+    const float mn = fmaxf(*m, ms), ea = expf(*m - mn), eb = expf(ms - mn);
+    *l = *l * ea + ls * eb;
+    for (int i = 0; i < dv; i++) o[i] = o[i] * ea + os[i] * eb;
+    *m = mn;
+}
+
+/* o / l into the output rows of item i */
+static void item_store(const attn_plan *P, int i, const float *l, const float *o) {
+    const rp_attn_args *a = P->a;
+    int tile, g, hc;
+    item_of(P, i, &tile, &g, &hc);
+    const int t0 = tile * P->tq, t1 = RP_MIN(a->n_tok, t0 + P->tq);
+    const int h0 = g * P->group + hc * P->hq, nh = RP_MIN(P->hq, P->group - hc * P->hq);
+    const int dv = a->head_dim_v;
+    for (int t = t0; t < t1; t++)
+        for (int h = 0; h < nh; h++) {
+            const int q = (t - t0) * P->hq + h;
+            float *out = a->out + (size_t)t * (size_t)a->out_stride + (size_t)(h0 + h) * (size_t)dv;
+            const float inv = 1.0f / l[q];
+            for (int d = 0; d < dv; d++) out[d] = o[(size_t)q * dv + d] * inv;
+        }
+}
+
+/* the splits item i's tokens see: [*s0, *s1) */
+static void item_splits(const attn_plan *P, int i, int *s0, int *s1) {
+    const rp_attn_args *a = P->a;
+    int tile, g, hc;
+    item_of(P, i, &tile, &g, &hc);
+    const int t0 = tile * P->tq, t1 = RP_MIN(a->n_tok, t0 + P->tq);
+    int lo = INT32_MAX, hi = 0;
+    for (int t = t0; t < t1; t++) {
+        lo = RP_MIN(lo, vis_lo(a, t));
+        hi = RP_MAX(hi, a->pos[t] + 1);
+    }
+    *s0 = lo / RP_ATTN_SPLIT;
+    *s1 = (hi + RP_ATTN_SPLIT - 1) / RP_ATTN_SPLIT;
+}
+
+/* whole items, splits merged in order */
+static void attn_items_task(void *arg, int ith, int nth) {
+    const attn_plan *P = arg;
+    const int dv = P->a->head_dim_v;
+    float m[RP_ATTN_MAXQ], l[RP_ATTN_MAXQ], ms[RP_ATTN_MAXQ], ls[RP_ATTN_MAXQ];
+    bool seen[RP_ATTN_MAXQ], has[RP_ATTN_MAXQ];
+    _Alignas(64) float o[RP_ATTN_MAXQ * RP_ATTN_MAXD], os[RP_ATTN_MAXQ * RP_ATTN_MAXD];
+    for (int i = ith; i < P->n_items; i += nth) {
+        int s0, s1;
+        item_splits(P, i, &s0, &s1);
+        for (int q = 0; q < RP_ATTN_MAXQ; q++) seen[q] = false;
+        for (int s = s0; s < s1; s++) {
+            item_split(P, i, s, ms, ls, os, has);
+            for (int q = 0; q < RP_ATTN_MAXQ; q++)
+                if (has[q]) {
+                    attn_merge(!seen[q], &m[q], &l[q], o + (size_t)q * dv, ms[q], ls[q],
+                               os + (size_t)q * dv, dv);
+                    seen[q] = true;
+                }
+        }
+        item_store(P, i, l, o);
+    }
+}
+
+static float *part_at(const attn_plan *P, int i, int s) {
+    return P->part + ((size_t)i * (size_t)P->n_spl + (size_t)s) * RP_ATTN_MAXQ *
+                         (size_t)(3 + P->a->head_dim_v);
+}
+
+/* split-spread mode, pass 1: (item, split) pairs */
+static void attn_parts_task(void *arg, int ith, int nth) {
+    const attn_plan *P = arg;
+    bool has[RP_ATTN_MAXQ];
+    const int n_units = P->n_items * P->n_spl;
+    for (int u = ith; u < n_units; u += nth) {
+        const int i = u / P->n_spl, s = u % P->n_spl;
+        int s0, s1;
+        item_splits(P, i, &s0, &s1);
+        float *pp = part_at(P, i, s);
+        for (int q = 0; q < RP_ATTN_MAXQ; q++) has[q] = false;
+        if (s >= s0 && s < s1)
+            item_split(P, i, s, pp, pp + RP_ATTN_MAXQ, pp + 3 * RP_ATTN_MAXQ, has);
+        for (int q = 0; q < RP_ATTN_MAXQ; q++) pp[2 * RP_ATTN_MAXQ + q] = has[q] ? 1.0f : 0.0f;
+    }
+}
+
+/* pass 2: every item's splits merged in order */
+static void attn_merge_task(void *arg, int ith, int nth) {
+    const attn_plan *P = arg;
+    const int dv = P->a->head_dim_v;
+    float m[RP_ATTN_MAXQ], l[RP_ATTN_MAXQ];
+    bool seen[RP_ATTN_MAXQ];
+    _Alignas(64) float o[RP_ATTN_MAXQ * RP_ATTN_MAXD];
+    for (int i = ith; i < P->n_items; i += nth) {
+        for (int q = 0; q < RP_ATTN_MAXQ; q++) seen[q] = false;
+        for (int s = 0; s < P->n_spl; s++) {
+            const float *pp = part_at(P, i, s), *po = pp + 3 * RP_ATTN_MAXQ;
+            for (int q = 0; q < RP_ATTN_MAXQ; q++)
+                if (pp[2 * RP_ATTN_MAXQ + q] != 0.0f) {
+                    attn_merge(!seen[q], &m[q], &l[q], o + (size_t)q * dv, pp[q],
+                               pp[RP_ATTN_MAXQ + q], po + (size_t)q * dv, dv);
+                    seen[q] = true;
+                }
+        }
+        item_store(P, i, l, o);
+    }
+}
+
+void rp_attention(rp_compute *cc, const rp_attn_args *a, float *scratch, size_t per_thread) {
+    const rp_kernels *kn = rp_kern();
+    /* an F32 cache keeps the per-key arithmetic, llama.cpp's (the goldens
+     * match it bit for bit); F16 caches (the default) take the split path */
+    const bool f16 =
+        a->n_tok > 0 && a->kv[0]->type_k == RP_TYPE_F16 && a->kv[0]->type_v == RP_TYPE_F16;
+    if (!kn->attn_split || !f16 || a->head_dim_k > RP_ATTN_MAXD || a->head_dim_v > RP_ATTN_MAXD) {
+        attn_job j = {a, scratch, per_thread};
+        rp_pool_run(cc->pool, attn_task, &j);
+        return;
+    }
+    attn_plan P = {.a = a, .split = kn->attn_split, .group = a->n_head / a->n_head_kv};
+    P.hq = RP_MIN(P.group, RP_ATTN_MAXQ);
+    P.tq = RP_MAX(1, RP_ATTN_MAXQ / P.hq);
+    P.n_hc = (P.group + P.hq - 1) / P.hq;
+    P.n_tiles = (a->n_tok + P.tq - 1) / P.tq;
+    P.n_items = P.n_tiles * a->n_head_kv * P.n_hc;
+    const int nth = rp_pool_size(cc->pool);
+    int max_s = 0, min_s = INT32_MAX;
+    for (int t = 0; t < a->n_tok; t++) {
+        max_s = RP_MAX(max_s, a->pos[t] / RP_ATTN_SPLIT);
+        min_s = RP_MIN(min_s, vis_lo(a, t) / RP_ATTN_SPLIT);
+    }
+    /* few items with several splits: spread the splits over the threads */
+    if (nth > 1 && P.n_items < 2 * nth && max_s > min_s) {
+        P.n_spl = max_s + 1;
+        const size_t bytes = (size_t)P.n_items * (size_t)P.n_spl * RP_ATTN_MAXQ *
+                             (size_t)(3 + a->head_dim_v) * sizeof(float);
+        P.part = rp_pool_shared_scratch(cc->pool, bytes);
+        if (P.part) {
+            rp_pool_run(cc->pool, attn_parts_task, &P);
+            rp_pool_run(cc->pool, attn_merge_task, &P);
+            return;
+        }
+    }
+    rp_pool_run(cc->pool, attn_items_task, &P);
+}

@@ -1,0 +1,92 @@
+/* Neural-network operations on F32 rows: norms, rotary embeddings,
+ * activations, attention over the KV cache. Batched over tokens; attention is
+ * spread over the thread pool. Ops know nothing of models or plans. */
+#ifndef RP_OPS_H
+#define RP_OPS_H
+
+#include "kernels/matmul.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* y[t] = x[t] / rms(x[t]) * w  (w may be NULL: no weight). In place allowed. */
+void rp_rmsnorm(float *y, const float *x, const float *w, int n, int n_rows, float eps);
+/* Per-head RMSNorm of n_rows x n_head heads of head_dim, stride between rows. */
+void rp_rmsnorm_heads(float *x, const float *w, int head_dim, int n_head, int n_rows, int stride,
+                      float eps);
+/* LayerNorm with weight and optional bias. */
+void rp_layernorm(float *y, const float *x, const float *w, const float *b, int n, int n_rows,
+                  float eps);
+
+/* ---- rotary position embeddings ------------------------------------------ */
+
+typedef enum rp_rope_style {
+    RP_ROPE_NORM = 0, /* rotate pairs (x[2i], x[2i+1]) (GPT-J / llama) */
+    RP_ROPE_NEOX = 2, /* rotate pairs (x[i], x[i + n_rot/2]) */
+} rp_rope_style;
+
+typedef struct rp_rope_params {
+    int n_rot; /* rotated dimensions per head (<= head_dim, even) */
+    float freq_base;
+    float freq_scale;  /* 1 / linear scaling factor */
+    float ext_factor;  /* YaRN extrapolation mix (0 = off) */
+    float attn_factor; /* YaRN magnitude scale (1 = off) */
+    float beta_fast, beta_slow;
+    int n_ctx_orig;            /* training context (YaRN) */
+    const float *freq_factors; /* [n_rot/2] divisors of each frequency, or NULL */
+} rp_rope_params;
+
+/* cos/sin table: cs[t][n_rot] (pairs cos,sin) for each token position. */
+void rp_rope_cache(float *cs, const int32_t *pos, int n_tok, const rp_rope_params *p);
+/* Rotate n_head heads (each head_dim apart) of every token row (stride floats). */
+void rp_rope_apply(float *x, int n_tok, int stride, int n_head, int head_dim, int n_rot,
+                   const float *cs, rp_rope_style style);
+
+/* ---- activations --------------------------------------------------------- */
+
+void rp_silu_mul(float *gate, const float *up, int n);      /* gate = silu(gate) * up */
+void rp_gelu_tanh_mul(float *gate, const float *up, int n); /* gate = gelu_tanh(gate) * up */
+void rp_gelu_erf_mul(float *gate, const float *up, int n);  /* gate = gelu_erf(gate) * up */
+/* gate = gelu_tanh(gate) * up with GELU as ggml's CPU backend evaluates it on
+ * F32 (GGML_GELU_FP16): through fp16, i.e. fp16(gelu(fp16(x))) for |x| < 10,
+ * 0 below -10, x from 10 up. What llama.cpp computes for Gemma's GeGLU. */
+void rp_gelu_tanh_f16_mul(float *gate, const float *up, int n);
+void rp_add(float *y, const float *x, int n); /* y += x */
+void rp_scale(float *y, float s, int n);
+void rp_softcap(float *x, float cap, int n); /* x = cap * tanh(x / cap) */
+void rp_softmax(float *x, int n);            /* in place */
+
+/* ---- attention ----------------------------------------------------------- */
+
+/* One sequence's cache for one plan step: [n_head_kv][cap][head_dim] for K and
+ * for V, F32 or F16. Position p lives in cell p % cap (cap >= the positions a
+ * token can see, so a ring buffer is only a smaller cap). */
+typedef struct rp_kv_view {
+    void *k, *v;
+    int type_k, type_v;
+    int cap;
+} rp_kv_view;
+
+typedef struct rp_attn_args {
+    int n_tok;
+    const float *q; /* [n_tok][q_stride], head h at h * head_dim_k */
+    int q_stride;
+    float *out; /* [n_tok][out_stride], head h at h * head_dim_v */
+    int out_stride;
+    int n_head, n_head_kv, head_dim_k, head_dim_v;
+    float scale;                 /* applied to q.k */
+    float softcap;               /* 0 = none; else scores = softcap * tanh(scores / softcap) */
+    int window;                  /* 0 = full causal; else see positions p-window+1 .. p */
+    const int32_t *pos;          /* [n_tok] */
+    const rp_kv_view *const *kv; /* [n_tok] the token's sequence cache */
+} rp_attn_args;
+
+/* Scratch floats attention needs per thread for n_ctx visible positions. */
+size_t rp_attention_scratch(int n_ctx, int n_head, int n_head_kv);
+void rp_attention(rp_compute *cc, const rp_attn_args *a, float *scratch, size_t scratch_per_thread);
+
+/* Write one token's K and V rows ([n_head_kv * head_dim]) at position pos. */
+void rp_kv_write(const rp_kv_view *kv, int n_head_kv, int head_dim_k, int head_dim_v, int pos,
+                 const float *k, const float *v);
+
+#endif
