@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# House rules that a grep can check (docs/HACKING.md):
+#   fn-length  no function over 150 lines outside src/kernels/ (clang-formatted
+#              code: a definition opens with '{' at the end of a line starting
+#              in column 0 and closes with '}' in column 0)
+#   arch-names no architecture name in library code outside src/arch/
+#   tool-includes  tools/ include public headers (include/) and their own only
+# Prints one line per violation and exits 1 when there is any.
+# Usage: scripts/check-layout.sh [fn-length|arch-names|tool-includes]...
+set -u
+cd "$(dirname "$0")/.."
+MAX_LINES=${MAX_LINES:-150}
+bad=0
+
+fn_length() {
+    local f
+    for f in $(find src tools -name '*.c' -not -path 'src/kernels/*' | sort); do
+        awk -v max="$MAX_LINES" -v file="$f" '
+            # a definition starts in column 0 with a name and "(", may wrap, and ends its
+            # signature with "{"; a ";" first makes it a declaration
+            !infn && /^[A-Za-z_]/ && /\(/ && !/=/ { cand = NR; name = $0; sub(/\(.*/, "", name); n = split(name, w, /[ *]+/); name = w[n] }
+            !infn && cand && /;[ \t]*$/ { cand = 0 }
+            !infn && cand && /\{$/ { infn = 1; start = cand; cand = 0; next }
+            infn && /^\}/ { len = NR - start + 1; if (len > max) printf "%s:%d: function %s is %d lines (max %d)\n", file, start, name, len, max; infn = 0 }
+        ' "$f"
+    done
+}
+
+arch_names() {
+    # names of the architectures (rp_arch.name values) as whole quoted strings or identifiers
+    local names
+    names=$(grep -ho '\.name = "[a-z0-9_]*"' src/arch/*.c | sed 's/.*"\(.*\)"/\1/' | sort -u | tr '\n' '|' | sed 's/|$//')
+    [ -n "$names" ] || return 0
+    # (src/text/ is left out of the string check: tokenizer pre-types are named after
+    # models, "qwen35" there is a vocabulary, not an architecture)
+    { grep -nE "\"($names)\"" $(find src -name '*.[ch]' -not -path 'src/arch/*' -not -path 'src/text/*' | sort)
+      grep -nE "rp_($names)_|arch/($names)\\.h" $(find src -name '*.[ch]' -not -path 'src/arch/*' | sort); } 2>/dev/null |
+        sed 's/$/  (architecture name outside src\/arch\/)/'
+}
+
+tool_includes() {
+    grep -nE '#include "' tools/*.c tools/*.h | grep -vE '#include "(reprise[a-z_]*\.h|[a-z_]+\.h)"' |
+        sed 's/$/  (tools include public headers only)/'
+    # a bare name must be a tools/ header or a public one
+    grep -noE '#include "[a-z_]+\.h"' tools/*.c tools/*.h | while IFS=: read -r file line inc; do
+        h=${inc#*\"}; h=${h%\"}
+        [ -e "tools/$h" ] || [ -e "include/$h" ] || echo "$file:$line: $h is not public (tools include public headers only)"
+    done
+}
+
+checks=("$@")
+[ ${#checks[@]} -gt 0 ] || checks=(fn-length arch-names tool-includes)
+for c in "${checks[@]}"; do
+    case $c in
+        fn-length) out=$(fn_length) ;;
+        arch-names) out=$(arch_names) ;;
+        tool-includes) out=$(tool_includes) ;;
+        *) echo "unknown check $c"; exit 2 ;;
+    esac
+    if [ -n "$out" ]; then echo "$out"; bad=1; fi
+done
+exit $bad
