@@ -1,15 +1,25 @@
 /* The architecture interface. Each architecture lives in its own file under
  * src/arch/ and registers an rp_arch in the table in src/arch/registry.c.
  * Per-layer variation is data (rp_layer_info, configuration structs), not
- * branches on the architecture name elsewhere. */
+ * branches on the architecture name elsewhere.
+ *
+ * This header is what the mechanisms (model, context, synth, convert, spec)
+ * see of an architecture, so it names the types it passes and includes no
+ * internal header: core/ and convert/ include it, and it depends on neither
+ * (no include cycle). An architecture's own file includes what it uses. */
 #ifndef RP_ARCH_H
 #define RP_ARCH_H
 
-#include "core/context.h"
-#include "format/gguf.h"
-#include "core/model.h"
-#include "core/plan.h"
-#include "convert/synth.h"
+#include "reprise.h"
+
+#include <stdbool.h>
+
+typedef struct rp_arch rp_arch;
+typedef struct rp_ubatch rp_ubatch;             /* core/context.h */
+typedef struct rp_plan rp_plan;                 /* core/plan.h */
+typedef struct rp_gguf_writer rp_gguf_writer;   /* format/gguf.h */
+typedef struct rp_synth rp_synth;               /* convert/synth.h */
+typedef struct rp_synth_params rp_synth_params; /* convert/synth.h */
 
 struct rp_arch {
     const char *name; /* general.architecture */
@@ -32,6 +42,9 @@ struct rp_arch {
 };
 
 const rp_arch *rp_arch_find(const char *name);
+/* The i-th registered architecture, NULL past the end (0 is the plain dense
+ * decoder, the default of reprise synth). */
+const rp_arch *rp_arch_at(int i);
 /* Comma-separated list of supported architectures, for messages. */
 const char *rp_arch_list(void);
 

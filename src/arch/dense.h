@@ -7,6 +7,8 @@
 #define RP_ARCH_DENSE_H
 
 #include "arch/arch.h"
+#include "convert/synth.h"
+#include "core/context.h"
 
 /* RP_ACT_GELU_TANH_F16: tanh GELU evaluated through fp16 as ggml's CPU backend
  * does (rp_gelu_tanh_f16_mul), for architectures matched against llama.cpp. */

@@ -15,6 +15,8 @@
  * its GGUF files. */
 #include "arch/qwen35.h"
 #include "arch/arch.h"
+#include "convert/synth.h"
+#include "core/context.h"
 #include "kernels/ops_delta.h"
 #include "kernels/types.h"
 #include "base/util.h"

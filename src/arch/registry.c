@@ -21,6 +21,10 @@ const rp_arch *rp_arch_find(const char *name) {
     return NULL;
 }
 
+const rp_arch *rp_arch_at(int i) {
+    return i >= 0 && (size_t)i < sizeof g_archs / sizeof g_archs[0] ? g_archs[i] : NULL;
+}
+
 const char *rp_arch_list(void) {
     static char buf[512];
     if (!buf[0]) {

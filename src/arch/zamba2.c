@@ -60,6 +60,8 @@
  *         [2H, ra] and attn_{q,k,v}_adapter_b.weight [ra, width of q/k/v].
  *   Adapter tensors without their rank key are refused, never guessed. */
 #include "arch/arch.h"
+#include "convert/synth.h"
+#include "core/context.h"
 #include "kernels/ops_ssm.h"
 #include "kernels/types.h"
 #include "base/util.h"
