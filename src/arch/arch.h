@@ -20,6 +20,7 @@ typedef struct rp_plan rp_plan;                 /* core/plan.h */
 typedef struct rp_gguf_writer rp_gguf_writer;   /* format/gguf.h */
 typedef struct rp_synth rp_synth;               /* convert/synth.h */
 typedef struct rp_synth_params rp_synth_params; /* convert/synth.h */
+typedef struct rp_draft_ops rp_draft_ops;       /* core/draft.h */
 
 struct rp_arch {
     const char *name; /* general.architecture */
@@ -39,6 +40,9 @@ struct rp_arch {
     rp_status (*merge_meta)(const rp_model *m, const rp_plan *plan, rp_gguf_writer *w);
     /* Optional: add this architecture's keys and random tensors (reprise synth). */
     rp_status (*synth)(rp_synth *s, const rp_synth_params *p);
+    /* Optional: the draft head (NextN / MTP) speculative decoding can draft
+     * with (core/draft.h). */
+    const rp_draft_ops *draft;
 };
 
 const rp_arch *rp_arch_find(const char *name);

@@ -782,6 +782,37 @@ rp_status rp_qwen35_mtp_decode(rp_qwen35_mtp *h, const rp_qwen35_mtp_batch *in) 
     return s;
 }
 
+/* The head as qwen35's draft hook (core/draft.h). */
+static rp_status draft_create(rp_context *c, void **impl) {
+    return rp_qwen35_mtp_new(c, (rp_qwen35_mtp **)impl);
+}
+static void draft_destroy(void *impl) {
+    rp_qwen35_mtp_free(impl);
+}
+static rp_status draft_decode(void *impl, const rp_draft_batch *b) {
+    return rp_qwen35_mtp_decode(impl, b);
+}
+static int draft_seq_len(const void *impl, int seq) {
+    return rp_qwen35_mtp_seq_len(impl, seq);
+}
+static rp_status draft_truncate(void *impl, int seq, int p) {
+    return rp_qwen35_mtp_truncate(impl, seq, p);
+}
+static uint64_t draft_state_bytes(const void *impl) {
+    return rp_qwen35_mtp_state_bytes(impl);
+}
+
+static const rp_draft_ops g_draft = {
+    .needs = "a qwen35 file with nextn_predict_layers >= 1 is needed",
+    .available = rp_qwen35_has_mtp,
+    .create = draft_create,
+    .destroy = draft_destroy,
+    .decode = draft_decode,
+    .seq_len = draft_seq_len,
+    .truncate = draft_truncate,
+    .state_bytes = draft_state_bytes,
+};
+
 /* ---- merge and synth ----------------------------------------------------- */
 
 /* A merged file must say which layers recur: an index-derived pattern
@@ -900,4 +931,5 @@ const rp_arch rp_arch_qwen35 = {
     .forward = forward_qwen35,
     .merge_meta = merge_meta_qwen35,
     .synth = synth_qwen35,
+    .draft = &g_draft,
 };

@@ -8,8 +8,9 @@
  *     thread pool), e.g. the stack with middle layers skipped; it never
  *     inherits the target's plan: no draft_plan means the trunk once, in
  *     order, whatever the target runs; or
- *   - the model's NextN / MTP head (qwen35), which drafts from the target's
- *     last hidden state: with a plan, the plan's hidden state.
+ *   - the model's NextN / MTP head (its architecture's draft head,
+ *     core/draft.h), which drafts from the target's last hidden state: with
+ *     a plan, the plan's hidden state.
  *
  * Acceptance. Greedy sampling (temp <= 0) keeps a drafted token when the
  * target's own choice at that row is the same token, and the tokens produced
@@ -67,8 +68,8 @@ typedef struct rp_spec rp_spec;
 /* Builds the draft beside target (same model, n_ctx, sequences, micro-batch,
  * KV types and threads). The target must outlive the spec and is driven by it:
  * between rp_spec_seq_reset and the end, do not decode the spec's sequences
- * in the target directly. mtp needs a qwen35 model with a NextN head and a
- * target made with keep_hidden. */
+ * in the target directly. mtp needs a model whose architecture declares a
+ * draft head and whose file has one, and a target made with keep_hidden. */
 rp_status rp_spec_new(rp_context *target, const rp_spec_params *params, rp_spec **out);
 void rp_spec_free(rp_spec *s);
 
