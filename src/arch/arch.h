@@ -21,6 +21,7 @@ typedef struct rp_gguf_writer rp_gguf_writer;   /* format/gguf.h */
 typedef struct rp_synth rp_synth;               /* convert/synth.h */
 typedef struct rp_synth_params rp_synth_params; /* convert/synth.h */
 typedef struct rp_draft_ops rp_draft_ops;       /* core/draft.h */
+typedef struct rp_conv_hooks rp_conv_hooks;     /* convert/convert.h */
 
 struct rp_arch {
     const char *name; /* general.architecture */
@@ -43,13 +44,23 @@ struct rp_arch {
     /* Optional: the draft head (NextN / MTP) speculative decoding can draft
      * with (core/draft.h). */
     const rp_draft_ops *draft;
+    /* Optional: reprise convert. The Hugging Face classes (config.json
+     * "architectures"[0]) this architecture is converted from, NULL-terminated,
+     * and its converter, in src/arch/<name>_convert.c. */
+    const char *const *hf_classes;
+    const rp_conv_hooks *convert;
 };
 
 const rp_arch *rp_arch_find(const char *name);
 /* The i-th registered architecture, NULL past the end (0 is the plain dense
  * decoder, the default of reprise synth). */
 const rp_arch *rp_arch_at(int i);
-/* Comma-separated list of supported architectures, for messages. */
+/* Comma-separated list of supported architectures, for messages (built once,
+ * safe from any thread). */
 const char *rp_arch_list(void);
+/* The architecture converted from Hugging Face class hf_class, or NULL. */
+const rp_arch *rp_arch_find_hf(const char *hf_class);
+/* Comma-separated list of the classes reprise convert takes (built once). */
+const char *rp_arch_hf_list(void);
 
 #endif

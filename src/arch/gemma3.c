@@ -249,7 +249,9 @@ static rp_status synth_gemma3(rp_synth *s, const rp_synth_params *p) {
     return synth_gemma(s, p, true, 1e6f, 512);
 }
 
-#define GEMMA_ARCH(var, nm, loadfn, synthfn)                                                       \
+extern const rp_conv_hooks rp_conv_gemma3; /* gemma3_convert.c */
+
+#define GEMMA_ARCH(var, nm, loadfn, synthfn, hf, conv)                                             \
     const rp_arch var = {.name = nm,                                                               \
                          .load = loadfn,                                                           \
                          .unload = unload_gemma,                                                   \
@@ -258,7 +260,10 @@ static rp_status synth_gemma3(rp_synth *s, const rp_synth_params *p) {
                          .forward = rp_dense_forward,                                              \
                          .step_ranges = true,                                                      \
                          .merge_meta = merge_meta_gemma,                                           \
-                         .synth = synthfn}
+                         .synth = synthfn,                                                         \
+                         .hf_classes = hf,                                                         \
+                         .convert = conv}
 
-GEMMA_ARCH(rp_arch_gemma2, "gemma2", load_gemma2, synth_gemma2);
-GEMMA_ARCH(rp_arch_gemma3, "gemma3", load_gemma3, synth_gemma3);
+GEMMA_ARCH(rp_arch_gemma2, "gemma2", load_gemma2, synth_gemma2, NULL, NULL);
+static const char *const g_hf_gemma3[] = {"Gemma3ForCausalLM", NULL};
+GEMMA_ARCH(rp_arch_gemma3, "gemma3", load_gemma3, synth_gemma3, g_hf_gemma3, &rp_conv_gemma3);

@@ -179,9 +179,7 @@ static rp_status gemma3_shapes(rp_conv *cv, rp_st *st) {
     return rp_conv_rule_shapes(cv, st, g_rules, RP_ARRAY_LEN(g_rules));
 }
 
-const rp_conv_arch rp_conv_gemma3 = {
-    .hf_arch = "Gemma3ForCausalLM",
-    .arch = "gemma3",
+const rp_conv_hooks rp_conv_gemma3 = {
     .params = gemma3_params,
     .vocab = gemma3_vocab,
     .tensors = gemma3_tensors,

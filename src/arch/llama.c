@@ -84,7 +84,9 @@ static void unload_static(rp_model *m) {
     m->arch_data = NULL;
 }
 
-#define DENSE_ARCH(var, nm, loadfn, synthfn)                                                       \
+extern const rp_conv_hooks rp_conv_llama, rp_conv_qwen2, rp_conv_qwen3; /* *_convert.c */
+
+#define DENSE_ARCH(var, nm, loadfn, synthfn, hf, conv)                                             \
     const rp_arch var = {.name = nm,                                                               \
                          .load = loadfn,                                                           \
                          .unload = unload_static,                                                  \
@@ -92,8 +94,10 @@ static void unload_static(rp_model *m) {
                          .ctx_free = rp_dense_ctx_free,                                            \
                          .forward = rp_dense_forward,                                              \
                          .step_ranges = true,                                                      \
-                         .synth = synthfn}
+                         .synth = synthfn,                                                         \
+                         .hf_classes = (const char *const[]){hf, NULL},                            \
+                         .convert = &conv}
 
-DENSE_ARCH(rp_arch_llama, "llama", load_llama, synth_llama);
-DENSE_ARCH(rp_arch_qwen2, "qwen2", load_qwen2, synth_qwen2);
-DENSE_ARCH(rp_arch_qwen3, "qwen3", load_qwen3, synth_qwen3);
+DENSE_ARCH(rp_arch_llama, "llama", load_llama, synth_llama, "LlamaForCausalLM", rp_conv_llama);
+DENSE_ARCH(rp_arch_qwen2, "qwen2", load_qwen2, synth_qwen2, "Qwen2ForCausalLM", rp_conv_qwen2);
+DENSE_ARCH(rp_arch_qwen3, "qwen3", load_qwen3, synth_qwen3, "Qwen3ForCausalLM", rp_conv_qwen3);

@@ -169,9 +169,7 @@ static rp_status llama_shapes(rp_conv *cv, rp_st *st) {
     return rp_st_add_shape(st, "lm_head.weight", rp_st_tensor_at(st, 0)->type, 2, shape);
 }
 
-const rp_conv_arch rp_conv_llama = {
-    .hf_arch = "LlamaForCausalLM",
-    .arch = "llama",
+const rp_conv_hooks rp_conv_llama = {
     .params = llama_params,
     .tensors = llama_tensors,
     .shapes = llama_shapes,

@@ -3,6 +3,7 @@
  * every tensor is a plain copy. Qwen2 has Q/K/V biases (mapped with their
  * weights); Qwen3 has per-head RMSNorms on Q and K and often a tied output. */
 #include "convert/convert.h"
+#include "arch/arch.h"
 #include "base/util.h"
 
 #include <stdio.h>
@@ -100,7 +101,7 @@ static rp_status qwen_params(rp_conv *cv) {
         return rp_fail(RP_ERR_UNSUPPORTED,
                        "%s/config.json: use_sliding_window is true; llama.cpp's %s has no "
                        "sliding-window layers",
-                       cv->dir, cv->arch->arch);
+                       cv->dir, cv->arch->name);
     return RP_OK;
 }
 
@@ -141,17 +142,13 @@ static rp_status qwen3_shapes(rp_conv *cv, rp_st *st) {
     return s ? s : lm_head_shape(cv, st);
 }
 
-const rp_conv_arch rp_conv_qwen2 = {
-    .hf_arch = "Qwen2ForCausalLM",
-    .arch = "qwen2",
+const rp_conv_hooks rp_conv_qwen2 = {
     .params = qwen_params,
     .tensors = qwen2_tensors,
     .shapes = qwen2_shapes,
 };
 
-const rp_conv_arch rp_conv_qwen3 = {
-    .hf_arch = "Qwen3ForCausalLM",
-    .arch = "qwen3",
+const rp_conv_hooks rp_conv_qwen3 = {
     .params = qwen_params,
     .tensors = qwen3_tensors,
     .shapes = qwen3_shapes,

@@ -804,6 +804,8 @@ static rp_status synth_zamba2(rp_synth *s, const rp_synth_params *p) {
     return st;
 }
 
+extern const rp_conv_hooks rp_conv_zamba2; /* zamba2_convert.c */
+
 const rp_arch rp_arch_zamba2 = {
     .name = "zamba2",
     .load = load_zamba2,
@@ -814,4 +816,6 @@ const rp_arch rp_arch_zamba2 = {
     .step_ranges = true,
     .merge_meta = merge_meta_zamba2,
     .synth = synth_zamba2,
+    .hf_classes = (const char *const[]){"Zamba2ForCausalLM", NULL},
+    .convert = &rp_conv_zamba2,
 };

@@ -9,7 +9,8 @@
  * linear_{q,k,v}_adapter_list.v, at the block's first hybrid layer); they are
  * written as the visit's own pair blk.<layer>.*_adapter_a / _b.
  *
- * With params.zamba2_merged the older merged form is written instead: each
+ * With the architecture option "merged" (reprise convert --arch-opt merged,
+ * or --zamba2-merged) the older merged form is written instead: each
  * hybrid layer gets its own full ffn_up = W_gu + B.A (and, with attention
  * adapters, its own attn_q/k/v = W + B.A), computed in double and rounded
  * once; no adapter tensors and no rank keys. */
@@ -161,7 +162,7 @@ static rp_status z2_params(rp_conv *cv) {
                        cv->dir, z->n_block, v);
     if ((s = rp_conv_set_arr(cv, "shared_block", RP_GGUF_INT32, z->block, (uint64_t)hp->n_layer)))
         return s;
-    if (!cv->p.zamba2_merged) {
+    if (!rp_conv_opt_flag(cv, "merged")) {
         if ((s = rp_conv_set_u32(cv, "ffn_gate_up_adapter_rank", (uint32_t)z->rank))) return s;
         if (z->attn_adapters && (s = rp_conv_set_u32(cv, "attn_adapter_rank", (uint32_t)z->rank)))
             return s;
@@ -336,7 +337,7 @@ static rp_status hybrid_tensors(rp_conv *cv, const z2_conv *z, int64_t l) {
     const int64_t nq = hp->n_head * hp->head_dim, nkv = hp->n_head_kv * hp->head_dim;
     const int32_t v = z->visit[l], b = z->block[l];
     const int64_t f = z->first[b];
-    const bool merged = cv->p.zamba2_merged, is_first = f == l;
+    const bool merged = rp_conv_opt_flag(cv, "merged"), is_first = f == l;
     char st[96], g[160];
     snprintf(st, sizeof st, "model.layers.%" PRId64 ".shared_transformer.", f);
     rp_status s = RP_OK;
@@ -517,10 +518,15 @@ static rp_status z2_shapes(rp_conv *cv, rp_st *st) {
     return s;
 }
 
-const rp_conv_arch rp_conv_zamba2 = {
-    .hf_arch = "Zamba2ForCausalLM",
-    .arch = "zamba2",
+static const rp_conv_opt g_opts[] = {
+    {"merged", "the older merged form: each hybrid visit's adapters baked into its own full "
+               "ffn_up (and attn_q/k/v), no adapter pairs and no rank keys"},
+    {0},
+};
+
+const rp_conv_hooks rp_conv_zamba2 = {
     .params = z2_params,
     .tensors = z2_tensors,
     .shapes = z2_shapes,
+    .opts = g_opts,
 };

@@ -1,8 +1,10 @@
 /* The conversion mechanism: config.json access, the hyperparameter keys every
  * decoder shares, rule-driven tensor mapping with shape checks, the output
  * type rules, and streaming the planned tensors into the GGUF writer. What an
- * architecture is lives in src/convert_<name>.c. */
+ * architecture is lives in src/arch/<name>_convert.c, found through the
+ * architecture registry (rp_arch.hf_classes, rp_arch.convert). */
 #include "convert/convert.h"
+#include "arch/arch.h"
 #include "base/json_util.h"
 #include "core/planfile.h"
 #include "kernels/quant.h"
@@ -125,7 +127,7 @@ static const char *cfg_first(const rp_conv *cv, const char *const *names) {
 /* ---- keys ------------------------------------------------------------------- */
 
 static const char *arch_key(const rp_conv *cv, const char *suffix, char *buf, size_t n) {
-    snprintf(buf, n, "%s.%s", cv->arch->arch, suffix);
+    snprintf(buf, n, "%s.%s", cv->arch->name, suffix);
     return buf;
 }
 
@@ -556,7 +558,7 @@ rp_status rp_conv_map(rp_conv *cv, const rp_conv_rule *rules, size_t n_rules) {
             if (!rp_st_find(cv->st, name))
                 return rp_fail(RP_ERR_FORMAT,
                                "%s: the checkpoint has no tensor '%s' (a %s needs it)", cv->dir,
-                               name, cv->arch->hf_arch);
+                               name, cv->hf_arch);
         }
     }
     return RP_OK;
@@ -732,6 +734,58 @@ static int cmp_out(const void *pa, const void *pb) {
     return strcmp(a->name, b->name);
 }
 
+/* ---- architecture options ---------------------------------------------------- */
+
+const char *rp_conv_arch_list(void) {
+    return rp_arch_hf_list();
+}
+
+/* params.arch_opts split into cv->opt (key and value strings, "" for a bare
+ * key); every key must be one the architecture's converter declares. */
+static rp_status parse_opts(rp_conv *cv) {
+    const char *p = cv->p.arch_opts ? cv->p.arch_opts : "";
+    while (*p) {
+        const char *end = strchr(p, ',');
+        if (!end) end = p + strlen(p);
+        const char *eq = memchr(p, '=', (size_t)(end - p));
+        const size_t nk = (size_t)((eq ? eq : end) - p);
+        if (nk) {
+            char **o = rp_realloc(cv->opt, (cv->n_opt + 1) * 2 * sizeof *o, "converter options");
+            if (!o) return RP_ERR_NOMEM;
+            cv->opt = o;
+            o[2 * cv->n_opt] = rp_strndup(p, nk);
+            o[2 * cv->n_opt + 1] = eq ? rp_strndup(eq + 1, (size_t)(end - eq - 1)) : rp_strdup("");
+            cv->n_opt++;
+            if (!o[2 * cv->n_opt - 2] || !o[2 * cv->n_opt - 1]) return RP_ERR_NOMEM;
+            const rp_conv_opt *d = cv->hooks->opts;
+            while (d && d->key && strcmp(d->key, o[2 * cv->n_opt - 2])) d++;
+            if (!d || !d->key) {
+                rp_buf known = {0};
+                for (d = cv->hooks->opts; d && d->key; d++)
+                    rp_buf_printf(&known, "%s%s", known.len ? ", " : "", d->key);
+                rp_status s = rp_fail(
+                    RP_ERR_INVALID_ARG,
+                    "architecture option '%s' is not one the %s converter takes (%s)",
+                    o[2 * cv->n_opt - 2], cv->arch->name, known.len ? known.data : "it takes none");
+                rp_buf_free(&known);
+                return s;
+            }
+        }
+        p = *end ? end + 1 : end;
+    }
+    return RP_OK;
+}
+
+const char *rp_conv_opt_get(const rp_conv *cv, const char *key) {
+    for (size_t i = 0; i < cv->n_opt; i++)
+        if (!strcmp(cv->opt[2 * i], key)) return cv->opt[2 * i + 1];
+    return NULL;
+}
+
+bool rp_conv_opt_flag(const rp_conv *cv, const char *key) {
+    return rp_conv_opt_get(cv, key) != NULL;
+}
+
 static rp_status plan(rp_conv *cv) {
     const rp_convert_params *p = &cv->p;
     rp_status s;
@@ -741,28 +795,31 @@ static rp_status plan(rp_conv *cv) {
         return rp_fail(RP_ERR_FORMAT,
                        "%s/config.json: no \"architectures\" list naming the model class", cv->dir);
     const char *hf = json_string_value(json_array_get(archs, 0));
-    cv->arch = rp_conv_arch_find(hf);
+    cv->arch = rp_arch_find_hf(hf);
     if (!cv->arch)
         return rp_fail(RP_ERR_UNSUPPORTED,
                        "%s: architecture '%s' is not supported by reprise convert (supported: %s)",
                        cv->dir, hf, rp_conv_arch_list());
+    cv->hooks = cv->arch->convert;
+    cv->hf_arch = hf;
+    if ((s = parse_opts(cv))) return s;
     if (!(cv->w = rp_gguf_writer_new())) return RP_ERR_NOMEM;
     const char *base = strrchr(cv->dir, '/');
     base = base && base[1] ? base + 1 : cv->dir;
-    if ((s = rp_gguf_w_set_str(cv->w, "general.architecture", cv->arch->arch))) return s;
+    if ((s = rp_gguf_w_set_str(cv->w, "general.architecture", cv->arch->name))) return s;
     if ((s = rp_gguf_w_set_str(cv->w, "general.type", "model"))) return s;
     if ((s = rp_gguf_w_set_str(cv->w, "general.name", base))) return s;
-    if ((s = cv->arch->params(cv))) return s;
+    if ((s = cv->hooks->params(cv))) return s;
 
     if (!p->vocab_only) {
         if (p->shapes_from_config && !has_weights(cv->dir)) {
-            if (!cv->arch->shapes)
+            if (!cv->hooks->shapes)
                 return rp_fail(RP_ERR_UNSUPPORTED,
                                "%s: no weights, and %s cannot be planned from config.json alone",
-                               cv->dir, cv->arch->hf_arch);
+                               cv->dir, cv->hf_arch);
             if (!(cv->st = rp_st_new_shapes())) return RP_ERR_NOMEM;
             cv->from_shapes = true;
-            if ((s = cv->arch->shapes(cv, cv->st))) return s;
+            if ((s = cv->hooks->shapes(cv, cv->st))) return s;
         } else if ((s = rp_st_open_dir(cv->dir, &cv->st))) {
             return s;
         }
@@ -792,7 +849,7 @@ static rp_status plan(rp_conv *cv) {
 
     if (p->no_vocab) {
         if ((s = rp_gguf_w_set_str(cv->w, "tokenizer.ggml.model", "none"))) return s;
-    } else if ((s = cv->arch->vocab ? cv->arch->vocab(cv) : rp_conv_vocab(cv, true, -1))) {
+    } else if ((s = cv->hooks->vocab ? cv->hooks->vocab(cv) : rp_conv_vocab(cv, true, -1))) {
         return s;
     }
     if (p->vocab_only) return RP_OK;
@@ -804,13 +861,13 @@ static rp_status plan(rp_conv *cv) {
             ends_with(n, ".attention.bias"))
             cv->used[i] = true;
     }
-    if ((s = cv->arch->tensors(cv))) return s;
+    if ((s = cv->hooks->tensors(cv))) return s;
     for (uint64_t i = 0; i < rp_st_n_tensors(cv->st); i++)
         if (!cv->used[i]) {
             const rp_st_tensor *t = rp_st_tensor_at(cv->st, i);
             return rp_fail(RP_ERR_UNSUPPORTED,
                            "%s: checkpoint tensor '%s' has no place in a %s GGUF file",
-                           t->file[0] ? t->file : cv->dir, t->name, cv->arch->arch);
+                           t->file[0] ? t->file : cv->dir, t->name, cv->arch->name);
         }
     const rp_conv_out *embd = rp_conv_find_out(cv, "token_embd.weight");
     if (cv->n_tokens > 0 && embd && embd->ne[1] != cv->n_tokens)
@@ -865,6 +922,8 @@ void rp_conv_free(rp_conv *cv) {
     free(cv->used);
     free(cv->chunk);
     free(cv->arch_data);
+    for (size_t i = 0; i < 2 * cv->n_opt; i++) free(cv->opt[i]);
+    free(cv->opt);
     rp_st_close(cv->st);
     rp_gguf_writer_free(cv->w);
     json_decref(cv->config);
@@ -873,10 +932,10 @@ void rp_conv_free(rp_conv *cv) {
 }
 
 const char *rp_conv_hf_arch(const rp_conv *cv) {
-    return cv->arch->hf_arch;
+    return cv->hf_arch;
 }
 const char *rp_conv_arch_name(const rp_conv *cv) {
-    return cv->arch->arch;
+    return cv->arch->name;
 }
 bool rp_conv_from_shapes(const rp_conv *cv) {
     return cv->from_shapes;

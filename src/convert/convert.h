@@ -3,8 +3,9 @@
  * llama.cpp's convert_hf_to_gguf.py writes, so the files load in llama.cpp as
  * well as in reprise.
  *
- * The mechanism (convert.c) is shared; what an architecture is lives in its own
- * file, src/convert_<name>.c, registered in src/convert_registry.c:
+ * The mechanism (convert.c) is shared and names no architecture: it finds the
+ * one whose rp_arch.hf_classes lists config.json's class (src/arch/registry.c)
+ * and runs its rp_conv_hooks, which live beside it in src/arch/<name>_convert.c:
  *   params   config.json -> "<arch>.*" hyperparameter keys (and cv->hp),
  *   tensors  checkpoint tensors -> output tensors: a name, a shape and a row
  *            producer (a plain copy, the llama Q/K permutation, Gemma's +1 on
@@ -42,8 +43,8 @@ typedef struct rp_convert_params {
     bool shapes_from_config; /* a directory without weights is planned from config.json
                               * (for --dry-run; needs the architecture's shapes callback) */
     const char *vocab_pre;   /* force tokenizer.ggml.pre of a byte-level BPE tokenizer */
-    bool zamba2_merged; /* Zamba2: write the older merged form (each visit's adapter baked into a
-                         * full per-layer matrix) instead of shared blocks + adapter pairs */
+    const char *arch_opts;   /* options of the architecture's converter, "key[=value],..."
+                              * (which keys: its rp_conv_hooks.opts; others are refused) */
 } rp_convert_params;
 
 rp_convert_params rp_convert_default_params(void);
@@ -110,25 +111,39 @@ typedef struct rp_conv_hparams {
     bool tied; /* the embedding is the output matrix: no output.weight */
 } rp_conv_hparams;
 
-typedef struct rp_conv_arch {
-    const char *hf_arch; /* config.json "architectures"[0] */
-    const char *arch;    /* general.architecture */
+/* An option an architecture's converter takes (reprise convert --arch-opt). */
+typedef struct rp_conv_opt {
+    const char *key;
+    const char *help;
+} rp_conv_opt;
+
+/* What an architecture's converter does (rp_arch.convert; the classes it
+ * converts from are rp_arch.hf_classes). */
+typedef struct rp_conv_hooks {
     rp_status (*params)(rp_conv *cv);
     rp_status (*vocab)(rp_conv *cv); /* NULL: rp_conv_vocab(cv, true, -1) */
     rp_status (*tensors)(rp_conv *cv);
     rp_status (*shapes)(rp_conv *cv, rp_st *st); /* optional */
-} rp_conv_arch;
+    const rp_conv_opt *opts;                     /* its options, {0}-terminated; NULL = none */
+} rp_conv_hooks;
 
-const rp_conv_arch *rp_conv_arch_find(const char *hf_arch);
-const char *rp_conv_arch_list(void); /* for messages */
+const char *rp_conv_arch_list(void); /* the classes reprise converts, for messages */
+
+/* An architecture option of params.arch_opts: its value ("" for a bare key),
+ * or NULL when not given (the converter declared the key: others are refused
+ * when the conversion is opened). */
+const char *rp_conv_opt_get(const rp_conv *cv, const char *key);
+bool rp_conv_opt_flag(const rp_conv *cv, const char *key);
 
 /* Converter state. Architecture files use hp, st, w and arch_data; the rest
  * belongs to the mechanism. */
 struct rp_conv {
     rp_convert_params p;
     char *dir;
-    const rp_conv_arch *arch;
-    json_t *config; /* config.json ("text_config" merged over the top level) */
+    const struct rp_arch *arch; /* the architecture written (arch->name) */
+    const rp_conv_hooks *hooks; /* its converter */
+    const char *hf_arch;        /* the config.json class it converts from */
+    json_t *config;             /* config.json ("text_config" merged over the top level) */
     rp_conv_hparams hp;
     rp_st *st;  /* checkpoint tensors (shape-only when planned from config.json) */
     bool *used; /* [n st tensors] */
@@ -143,6 +158,8 @@ struct rp_conv {
     float *chunk; /* F32 rows while writing */
     size_t chunk_floats;
     void *arch_data; /* an architecture's own state (freed with free()) */
+    char **opt;      /* [2 n_opt] params.arch_opts as key, value ("" for a bare key) */
+    size_t n_opt;
 };
 
 /* config.json. A path is dotted ("rope_scaling.factor"); JSON null counts as
