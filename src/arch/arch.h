@@ -22,9 +22,13 @@ typedef struct rp_synth rp_synth;               /* convert/synth.h */
 typedef struct rp_synth_params rp_synth_params; /* convert/synth.h */
 typedef struct rp_draft_ops rp_draft_ops;       /* core/draft.h */
 typedef struct rp_conv_hooks rp_conv_hooks;     /* convert/convert.h */
+typedef struct rp_tensor_table rp_tensor_table; /* arch/tensors.h */
 
 struct rp_arch {
     const char *name; /* general.architecture */
+    /* Every tensor it reads: names, shapes, which layers have them, their
+     * quantization categories (arch/tensors.h). */
+    const rp_tensor_table *tensors;
     /* Hyperparameters and tensor binding: fills m->hp, m->info, m->layers and
      * the I/O tensors. Everything read from the file is validated here. */
     rp_status (*load)(rp_model *m);

@@ -4,86 +4,34 @@
  * weights); Qwen3 has per-head RMSNorms on Q and K and often a tied output. */
 #include "convert/convert.h"
 #include "arch/arch.h"
+#include "arch/dense.h"
 #include "base/util.h"
 
 #include <stdio.h>
 #include <string.h>
 
+#define REQ RP_RULE_REQUIRED
+/* Q/K/V biases (Qwen2) go with their weights' rules */
 #define QWEN_RULES                                                                                 \
-    {                                                                                              \
-        "model.embed_tokens", "token_embd", {RP_DIM_EMBD, RP_DIM_VOCAB},                           \
-        RP_RULE_REQUIRED,     NULL,         NULL},                                                 \
-        {"model.norm", "output_norm", {RP_DIM_EMBD, 0}, RP_RULE_REQUIRED, NULL, NULL},             \
-        {"lm_head", "output", {RP_DIM_EMBD, RP_DIM_VOCAB}, 0, NULL, NULL},                         \
-        {"model.layers.#.input_layernorm",                                                         \
-         "blk.#.attn_norm",                                                                        \
-         {RP_DIM_EMBD, 0},                                                                         \
-         RP_RULE_REQUIRED,                                                                         \
-         NULL,                                                                                     \
-         NULL},                                                                                    \
-        {"model.layers.#.self_attn.q_proj",                                                        \
-         "blk.#.attn_q",                                                                           \
-         {RP_DIM_EMBD, RP_DIM_Q},                                                                  \
-         RP_RULE_REQUIRED,                                                                         \
-         NULL,                                                                                     \
-         NULL},                                                                                    \
-        {"model.layers.#.self_attn.k_proj",                                                        \
-         "blk.#.attn_k",                                                                           \
-         {RP_DIM_EMBD, RP_DIM_KV},                                                                 \
-         RP_RULE_REQUIRED,                                                                         \
-         NULL,                                                                                     \
-         NULL},                                                                                    \
-        {"model.layers.#.self_attn.v_proj",                                                        \
-         "blk.#.attn_v",                                                                           \
-         {RP_DIM_EMBD, RP_DIM_KV},                                                                 \
-         RP_RULE_REQUIRED,                                                                         \
-         NULL,                                                                                     \
-         NULL},                                                                                    \
-        {"model.layers.#.self_attn.o_proj",                                                        \
-         "blk.#.attn_output",                                                                      \
-         {RP_DIM_Q, RP_DIM_EMBD},                                                                  \
-         RP_RULE_REQUIRED,                                                                         \
-         NULL,                                                                                     \
-         NULL},                                                                                    \
-        {"model.layers.#.post_attention_layernorm",                                                \
-         "blk.#.ffn_norm",                                                                         \
-         {RP_DIM_EMBD, 0},                                                                         \
-         RP_RULE_REQUIRED,                                                                         \
-         NULL,                                                                                     \
-         NULL},                                                                                    \
-        {"model.layers.#.mlp.gate_proj",                                                           \
-         "blk.#.ffn_gate",                                                                         \
-         {RP_DIM_EMBD, RP_DIM_FF},                                                                 \
-         RP_RULE_REQUIRED,                                                                         \
-         NULL,                                                                                     \
-         NULL},                                                                                    \
-        {"model.layers.#.mlp.up_proj",                                                             \
-         "blk.#.ffn_up",                                                                           \
-         {RP_DIM_EMBD, RP_DIM_FF},                                                                 \
-         RP_RULE_REQUIRED,                                                                         \
-         NULL,                                                                                     \
-         NULL},                                                                                    \
-    {                                                                                              \
-        "model.layers.#.mlp.down_proj", "blk.#.ffn_down", {RP_DIM_FF, RP_DIM_EMBD},                \
-            RP_RULE_REQUIRED, NULL, NULL                                                           \
-    }
+    RP_IO_RULE("model.embed_tokens", TOKEN_EMBD, REQ), RP_IO_RULE("model.norm", OUTPUT_NORM, REQ), \
+        RP_IO_RULE("lm_head", OUTPUT, 0),                                                          \
+        RP_DENSE_RULE("model.layers.#.input_layernorm", ATTN_NORM, REQ, NULL, NULL),               \
+        RP_DENSE_RULE("model.layers.#.self_attn.q_proj", ATTN_Q, REQ, NULL, NULL),                 \
+        RP_DENSE_RULE("model.layers.#.self_attn.k_proj", ATTN_K, REQ, NULL, NULL),                 \
+        RP_DENSE_RULE("model.layers.#.self_attn.v_proj", ATTN_V, REQ, NULL, NULL),                 \
+        RP_DENSE_RULE("model.layers.#.self_attn.o_proj", ATTN_OUT, REQ, NULL, NULL),               \
+        RP_DENSE_RULE("model.layers.#.post_attention_layernorm", FFN_NORM, REQ, NULL, NULL),       \
+        RP_DENSE_RULE("model.layers.#.mlp.gate_proj", FFN_GATE, REQ, NULL, NULL),                  \
+        RP_DENSE_RULE("model.layers.#.mlp.up_proj", FFN_UP, REQ, NULL, NULL),                      \
+        RP_DENSE_RULE("model.layers.#.mlp.down_proj", FFN_DOWN, REQ, NULL, NULL)
 
 static const rp_conv_rule g_qwen2[] = {QWEN_RULES};
 static const rp_conv_rule g_qwen3[] = {
     QWEN_RULES,
-    {"model.layers.#.self_attn.q_norm",
-     "blk.#.attn_q_norm",
-     {RP_DIM_HEAD, 0},
-     RP_RULE_REQUIRED,
-     NULL,
-     NULL},
-    {"model.layers.#.self_attn.k_norm",
-     "blk.#.attn_k_norm",
-     {RP_DIM_HEAD, 0},
-     RP_RULE_REQUIRED,
-     NULL,
-     NULL},
+    RP_DENSE_RULE("model.layers.#.self_attn.q_norm", ATTN_Q_NORM, REQ, NULL, NULL),
+    RP_DENSE_RULE("model.layers.#.self_attn.k_norm", ATTN_K_NORM, REQ, NULL, NULL),
 };
+#undef REQ
 
 static rp_status qwen_params(rp_conv *cv) {
     rp_status s = rp_conv_decoder_params(cv, false);

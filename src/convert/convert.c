@@ -434,22 +434,11 @@ rp_conv_out *rp_conv_add_values(rp_conv *cv, const char *name, uint32_t n_dims, 
 
 int64_t rp_conv_dim(const rp_conv *cv, int dim) {
     const rp_conv_hparams *hp = &cv->hp;
-    switch (dim) {
-    case RP_DIM_EMBD:
-        return hp->n_embd;
-    case RP_DIM_FF:
-        return hp->n_ff;
-    case RP_DIM_VOCAB:
-        return hp->n_vocab;
-    case RP_DIM_Q:
-        return hp->n_head * hp->head_dim;
-    case RP_DIM_KV:
-        return hp->n_head_kv * hp->head_dim;
-    case RP_DIM_HEAD:
-        return hp->head_dim;
-    default:
-        return -1;
-    }
+    if (dim == RP_DIM_NONE) return 0;
+    rp_dims d;
+    rp_dims_init(&d, hp->n_embd, hp->n_vocab, hp->n_ff, hp->n_head, hp->n_head_kv, hp->head_dim,
+                 hp->head_dim);
+    return dim > RP_DIM_ANY && dim < RP_DIM_ROT2 ? d.v[dim] : -1;
 }
 
 /* Does name match pattern + ".weight"/".bias"? '#' matches a decimal layer
@@ -474,6 +463,16 @@ static bool rule_match(const char *pat, const char *name, int64_t *layer, const 
     if (strcmp(name, ".weight") && strcmp(name, ".bias")) return false;
     *suffix = name;
     return true;
+}
+
+/* The GGUF name of rule row r for a checkpoint tensor of layer `layer` with
+ * suffix ".weight" or ".bias". */
+static void gguf_name(char *buf, size_t n, const rp_tensor_def *r, int64_t layer,
+                      const char *suffix) {
+    rp_tensor_name(r, (int)layer, buf, n);
+    const size_t len = strlen(buf), w = strlen(".weight");
+    RP_ASSERT(len > w && !strcmp(buf + len - w, ".weight"));
+    snprintf(buf + len - w, n - (len - w), "%s", suffix);
 }
 
 /* pattern with '#' replaced by the layer number, plus suffix */
@@ -515,23 +514,24 @@ rp_status rp_conv_map(rp_conv *cv, const rp_conv_rule *rules, size_t n_rules) {
                                " layers of config.json",
                                t->name, layer, cv->hp.n_layer);
             /* expected shape, in safetensors order (outermost first) */
+            const rp_tensor_def *row = rules[r].gguf;
             bool bias = strcmp(suffix, ".bias") == 0;
             int64_t want[2];
             uint32_t nd;
             if (bias) {
                 nd = 1;
-                want[0] = rp_conv_dim(cv, rules[r].ne[1] ? rules[r].ne[1] : rules[r].ne[0]);
-            } else if (rules[r].ne[1]) {
+                want[0] = rp_conv_dim(cv, row->ne1 != RP_DIM_NONE ? row->ne1 : row->ne0);
+            } else if (row->ne1 != RP_DIM_NONE) {
                 nd = 2;
-                want[0] = rp_conv_dim(cv, rules[r].ne[1]);
-                want[1] = rp_conv_dim(cv, rules[r].ne[0]);
+                want[0] = rp_conv_dim(cv, row->ne1);
+                want[1] = rp_conv_dim(cv, row->ne0);
             } else {
                 nd = 1;
-                want[0] = rp_conv_dim(cv, rules[r].ne[0]);
+                want[0] = rp_conv_dim(cv, row->ne0);
             }
             bool ok = t->n_dims == nd;
             for (uint32_t d = 0; ok && d < nd; d++) ok = want[d] < 0 || t->shape[d] == want[d];
-            if (!ok && rules[r].ne[0] != RP_DIM_ANY) {
+            if (!ok && row->ne0 != RP_DIM_ANY) {
                 char got[96], exp[96];
                 fmt_shape(got, sizeof got, t->n_dims, t->shape);
                 fmt_shape(exp, sizeof exp, nd, want);
@@ -540,7 +540,7 @@ rp_status rp_conv_map(rp_conv *cv, const rp_conv_rule *rules, size_t n_rules) {
                                t->name, got, exp);
             }
             char gname[256];
-            expand(gname, sizeof gname, rules[r].gguf, layer, suffix);
+            gguf_name(gname, sizeof gname, row, layer, suffix);
             rp_conv_out *o = rp_conv_add(cv, gname, t);
             if (!o) return RP_ERR_FORMAT;
             o->make = rules[r].make;
@@ -579,12 +579,13 @@ rp_status rp_conv_rule_shapes(rp_conv *cv, rp_st *st, const rp_conv_rule *rules,
     for (size_t r = 0; r < n_rules; r++) {
         if (!(rules[r].flags & RP_RULE_REQUIRED)) continue;
         int64_t shape[2];
-        uint32_t nd = rules[r].ne[1] ? 2 : 1;
+        const rp_tensor_def *row = rules[r].gguf;
+        uint32_t nd = row->ne1 != RP_DIM_NONE ? 2 : 1;
         if (nd == 2) {
-            shape[0] = rp_conv_dim(cv, rules[r].ne[1]);
-            shape[1] = rp_conv_dim(cv, rules[r].ne[0]);
+            shape[0] = rp_conv_dim(cv, row->ne1);
+            shape[1] = rp_conv_dim(cv, row->ne0);
         } else {
-            shape[0] = rp_conv_dim(cv, rules[r].ne[0]);
+            shape[0] = rp_conv_dim(cv, row->ne0);
         }
         if (shape[0] < 0 || (nd == 2 && shape[1] < 0))
             return rp_fail(RP_ERR_INTERNAL, "rule '%s' has no definite shape", rules[r].hf);
@@ -721,7 +722,7 @@ static rp_status load_config(rp_conv *cv) {
 /* Output order: token_embd, the blocks by layer number, then the rest; by
  * name within each (the same order however the plan was made). */
 static int64_t out_group(const char *name) {
-    if (!strncmp(name, "token_embd.", 11)) return -1;
+    if (!strcmp(name, rp_io_rows[RP_IO_TOKEN_EMBD].name)) return -1;
     if (!strncmp(name, "blk.", 4) && name[4] >= '0' && name[4] <= '9')
         return strtoll(name + 4, NULL, 10);
     return INT64_MAX;
@@ -869,7 +870,7 @@ static rp_status plan(rp_conv *cv) {
                            "%s: checkpoint tensor '%s' has no place in a %s GGUF file",
                            t->file[0] ? t->file : cv->dir, t->name, cv->arch->name);
         }
-    const rp_conv_out *embd = rp_conv_find_out(cv, "token_embd.weight");
+    const rp_conv_out *embd = rp_conv_find_out(cv, rp_io_rows[RP_IO_TOKEN_EMBD].name);
     if (cv->n_tokens > 0 && embd && embd->ne[1] != cv->n_tokens)
         return rp_fail(RP_ERR_FORMAT,
                        "%s: the tokenizer has %" PRId64 " tokens but token_embd.weight has %" PRId64

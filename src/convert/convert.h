@@ -24,6 +24,7 @@
 #ifndef RP_CONVERT_H
 #define RP_CONVERT_H
 
+#include "arch/tensors.h"
 #include "format/gguf.h"
 #include "reprise.h"
 #include "format/safetensors.h"
@@ -211,24 +212,17 @@ rp_status rp_conv_drop(rp_conv *cv, const rp_st_tensor *t); /* used on purpose, 
 rp_conv_out *rp_conv_find_out(rp_conv *cv, const char *name);
 bool rp_conv_is_used(const rp_conv *cv, const rp_st_tensor *t);
 
-/* Symbolic dimensions of rule shapes, resolved from cv->hp. */
-enum {
-    RP_DIM_ANY = 0,
-    RP_DIM_EMBD,  /* n_embd */
-    RP_DIM_FF,    /* n_ff */
-    RP_DIM_VOCAB, /* n_vocab */
-    RP_DIM_Q,     /* n_head * head_dim */
-    RP_DIM_KV,    /* n_head_kv * head_dim */
-    RP_DIM_HEAD,  /* head_dim */
-};
 enum { RP_RULE_REQUIRED = 1 }; /* the .weight must exist (in every layer for '#' rules) */
 
-/* "<hf>.weight" / "<hf>.bias" -> "<gguf>.weight" / "<gguf>.bias"; '#' in
- * both stands for the layer number (< n_layer). ne: the .weight's expected
- * GGUF shape (ne[1] = 0: 1-D); a .bias is [ne[1]]. */
+/* "<hf>.weight" / "<hf>.bias" -> the GGUF tensor of row `gguf` of the
+ * architecture's tensor table (a ".weight" row; a ".bias" goes to the same
+ * name with ".bias"). '#' in hf stands for the layer number (< n_layer), which
+ * a per-layer row takes. The .weight's expected shape is the row's (rp_dim
+ * resolved from cv->hp by rp_conv_dim); a .bias is [ne1], or [ne0] for a 1-D
+ * row. */
 typedef struct rp_conv_rule {
-    const char *hf, *gguf;
-    uint8_t ne[2];
+    const char *hf;
+    const rp_tensor_def *gguf;
     unsigned flags;
     rp_conv_make_fn make; /* NULL = copy */
     const char *note;
@@ -240,6 +234,8 @@ rp_status rp_conv_map(rp_conv *cv, const rp_conv_rule *rules, size_t n_rules);
 /* The checkpoint tensors the rules imply (weights of REQUIRED rules), for an
  * architecture's shapes callback; dtype from config.json's dtype/torch_dtype. */
 rp_status rp_conv_rule_shapes(rp_conv *cv, rp_st *st, const rp_conv_rule *rules, size_t n_rules);
+/* A table dimension (rp_dim) from cv->hp: -1 for one the converter does not
+ * know (any), 0 for RP_DIM_NONE. */
 int64_t rp_conv_dim(const rp_conv *cv, int dim);
 /* Drops lm_head.weight of a tied model; requires it when the model is not tied. */
 rp_status rp_conv_output_head(rp_conv *cv);
