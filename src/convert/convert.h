@@ -60,7 +60,7 @@ rp_status rp_conv_open(const rp_convert_params *p, rp_conv **out);
 void rp_conv_free(rp_conv *cv);
 
 const char *rp_conv_hf_arch(const rp_conv *cv);   /* "LlamaForCausalLM" */
-const char *rp_conv_arch_name(const rp_conv *cv); /* "llama" */
+const char *rp_conv_arch_name(const rp_conv *cv); /* its general.architecture */
 bool rp_conv_from_shapes(const rp_conv *cv);      /* planned from config.json alone */
 int64_t rp_conv_n_tokens(const rp_conv *cv);      /* tokens written (0 without a vocabulary) */
 size_t rp_conv_n_out(const rp_conv *cv);
