@@ -282,6 +282,44 @@ int32_t rp_sampler_sample(rp_sampler *s, const float *logits);
  * (n_vocab floats; zero outside the kept set). For speculative decoding. */
 void rp_sampler_probs(rp_sampler *s, const float *logits, float *probs);
 
+/* ---- chat templates (Jinja) ---------------------------------------------- */
+
+/* A model's tokenizer.chat_template compiled by reprise's Jinja interpreter,
+ * rendered as transformers' apply_chat_template(tokenize=False) renders it
+ * (Jinja2 with trim_blocks and lstrip_blocks, transformers' tojson,
+ * raise_exception, strftime_now, namespace). Errors: RP_ERR_FORMAT for syntax
+ * (line and column in the message), RP_ERR_UNSUPPORTED for Jinja features
+ * outside the subset (include, extends, ...), RP_ERR_INVALID_ARG when the
+ * template refuses the conversation (raise_exception: the message carries its
+ * text), fails on it (type errors, undefined values) or exceeds a limit. */
+typedef struct rp_chat_template rp_chat_template;
+
+typedef struct rp_chat_template_inputs {
+    const char *messages_json;   /* JSON array of OpenAI-style messages: role, content,
+                                    tool_calls, tool_call_id, name, reasoning_content */
+    const char *tools_json;      /* JSON array of tool definitions; NULL: tools is none */
+    const char *extra_vars_json; /* JSON object of more variables (enable_thinking,
+                                    date_string, ...); NULL: none */
+    bool add_generation_prompt;
+    const char *bos_token; /* NULL: undefined in the template (a model without BOS) */
+    const char *eos_token;
+} rp_chat_template_inputs;
+
+/* Compiles (and checks) a template; nothing is rendered. */
+rp_status rp_chat_template_new(const char *template_src, rp_chat_template **out);
+void rp_chat_template_free(rp_chat_template *t);
+/* Whether template_src compiles (syntax, known filters and tests): for
+ * checking a model's template before loading its weights. */
+rp_status rp_chat_template_check(const char *template_src);
+/* Renders in. *out is malloc'ed (caller frees). Thread-safe on one template. */
+rp_status rp_chat_template_apply(const rp_chat_template *t, const rp_chat_template_inputs *in,
+                                 char **out);
+/* Compile and render in one call. */
+rp_status rp_chat_template_render(const char *template_src, const char *messages_json,
+                                  const char *tools_json, const char *extra_vars_json,
+                                  bool add_generation_prompt, const char *bos, const char *eos,
+                                  char **out);
+
 #ifdef __cplusplus
 }
 #endif
