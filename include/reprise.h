@@ -320,6 +320,55 @@ rp_status rp_chat_template_render(const char *template_src, const char *messages
                                   bool add_generation_prompt, const char *bos, const char *eos,
                                   char **out);
 
+/* ---- grammars ------------------------------------------------------------ */
+
+/* Constrained generation with llama.cpp's GBNF grammars. A grammar is bound
+ * to a vocabulary through an rp_grammar_vocab (the token texts in a trie;
+ * build it once per model, share it between grammars and threads: it is
+ * read-only). An rp_grammar holds the grammar and the position reached: one
+ * thread at a time. Token texts are what generation emits (rp_token_to_piece
+ * without special tokens); control tokens match only explicit token elements
+ * (<[id]>, <text>), and end-of-generation tokens only where the grammar can
+ * end. Errors in grammar text are RP_ERR_FORMAT naming line and column. */
+typedef struct rp_grammar_vocab rp_grammar_vocab;
+typedef struct rp_grammar rp_grammar;
+/* A saved position (rp_grammar_save), to roll back drafted tokens. */
+typedef struct rp_grammar_state {
+    uint64_t opaque[2];
+} rp_grammar_state;
+
+rp_status rp_grammar_vocab_new(const rp_vocab *vocab, rp_grammar_vocab **out);
+void rp_grammar_vocab_free(rp_grammar_vocab *gv);
+/* Whether gbnf parses (rules defined, no left recursion); root NULL = "root".
+ * Needs no vocabulary: <text> tokens are checked by rp_grammar_new. */
+rp_status rp_grammar_check(const char *gbnf, const char *root);
+rp_status rp_grammar_new(const rp_grammar_vocab *gv, const char *gbnf, const char *root,
+                         rp_grammar **out);
+void rp_grammar_free(rp_grammar *g);
+/* Back to the start. */
+void rp_grammar_reset(rp_grammar *g);
+/* Sets logits[t] (n_vocab floats) to -INFINITY for every token t that cannot
+ * come next. */
+rp_status rp_grammar_apply(rp_grammar *g, float *logits);
+/* Whether token may come next (one token: much cheaper than apply). */
+bool rp_grammar_allows(rp_grammar *g, int32_t token);
+/* Advances past token; RP_ERR_INVALID_ARG when the grammar does not allow it. */
+rp_status rp_grammar_accept(rp_grammar *g, int32_t token);
+/* Whether the output so far is complete (an end-of-generation token may come). */
+bool rp_grammar_can_end(const rp_grammar *g);
+rp_grammar_state rp_grammar_save(const rp_grammar *g);
+void rp_grammar_restore(rp_grammar *g, rp_grammar_state state);
+
+/* The grammar of any JSON object (llama.cpp's json.gbnf; for response_format
+ * json_object). Static text. */
+const char *rp_grammar_json(void);
+/* A JSON schema (text) converted to GBNF, as llama.cpp's json-schema-to-grammar
+ * does (see src/text/json_schema.c for what is covered); *gbnf is malloc'ed.
+ * Keywords that only narrow a schema (uniqueItems, not, ...) are ignored, as
+ * llama.cpp ignores them. RP_ERR_UNSUPPORTED names what cannot become a
+ * grammar (a remote $ref, a regex feature outside the subset) and where. */
+rp_status rp_json_schema_to_grammar(const char *schema_json, char **gbnf);
+
 #ifdef __cplusplus
 }
 #endif

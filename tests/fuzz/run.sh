@@ -14,8 +14,10 @@ mkdir -p $B/fuzz/corpus-gguf $B/fuzz/corpus-safetensors
 cp "$SHARED/models/stories260K.gguf" $B/fuzz/corpus-gguf/ 2>/dev/null || true
 [ -x build/reprise ] && build/reprise synth --arch qwen3 --n-embd 32 --n-layer 1 --n-head 2 --n-ff 64 --n-vocab 300 -o $B/fuzz/corpus-gguf/tiny-qwen3.gguf 2>/dev/null || true
 find tests/fixtures/hf -name '*.safetensors' -size -200k -exec cp {} $B/fuzz/corpus-safetensors/ \; 2>/dev/null || true
-mkdir -p $B/fuzz/corpus-jinja
+mkdir -p $B/fuzz/corpus-jinja $B/fuzz/corpus-gbnf $B/fuzz/corpus-schema
 cp tests/fixtures/templates/*.jinja $B/fuzz/corpus-jinja/ 2>/dev/null || true
+cp tests/fixtures/grammars/*.gbnf $B/fuzz/corpus-gbnf/ 2>/dev/null || true
+cp tests/fixtures/schemas/*.json $B/fuzz/corpus-schema/ 2>/dev/null || true
 for src in tests/fuzz/fuzz_*.c; do
     name=$(basename "$src" .c)
     kind=${name#fuzz_}

@@ -1,0 +1,166 @@
+/* Grammar microbenchmark: the cost of constraining one generation step.
+ *
+ * A vocabulary (default SmolLM2-135M-Instruct, 49,152 tokens) and a grammar
+ * (default json.gbnf; any .gbnf) are loaded; a sample JSON document is
+ * tokenized and walked token by token through the grammar, timing at each
+ * step:
+ *   mask cold  rp_grammar_apply the first time a state is seen (fresh grammar:
+ *              transitions and masks computed)
+ *   mask warm  rp_grammar_apply on a second walk (transitions cached, masks
+ *              recomputed: the mask cache is cleared before each call)
+ *   cached     rp_grammar_apply when the state's mask is cached
+ *   allows     rp_grammar_allows on the next token (llama.cpp's fast path:
+ *              check the token the sampler picked first)
+ * Reported as microseconds per step (mean and max over the walk).
+ *
+ *   bench/grammar.sh [VOCAB.gguf] [GRAMMAR.gbnf] [TEXT]
+ */
+#include "reprise.h"
+#include "text/gbnf.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *p = malloc((size_t)n + 1);
+    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) n = 0;
+    if (p) p[n] = 0;
+    fclose(f);
+    return p;
+}
+
+#define REPS 5
+
+typedef struct stat_ {
+    double sum, max;
+    int n;
+} stat_;
+
+static void add(stat_ *s, double v) {
+    s->sum += v;
+    if (v > s->max) s->max = v;
+    s->n++;
+}
+
+int main(int argc, char **argv) {
+    const char *home = getenv("HOME");
+    char def_vocab[512];
+    snprintf(def_vocab, sizeof def_vocab, "%s/.cache/reprise/SmolLM2-135M-Instruct.Q4_1.gguf",
+             home ? home : "");
+    const char *vocab_path = argc > 1 ? argv[1] : def_vocab;
+    const char *grammar_path = argc > 2 ? argv[2] : "tests/fixtures/grammars/json.gbnf";
+    const char *text =
+        argc > 3
+            ? argv[3]
+            : "{\"name\": \"Ana Lucia\", \"age\": 42, \"email\": \"ana@example.org\", \"tags\": "
+              "[\"admin\", \"editor\"], \"address\": {\"street\": \"12 Rue de la Paix\", \"city\": "
+              "\"Paris\", \"zip\": \"75002\"}, \"active\": true, \"score\": 97.5, \"notes\": "
+              "\"Prefers e-mail; speaks French and English.\"}";
+    rp_model_params mp = rp_model_default_params();
+    mp.vocab_only = true;
+    rp_model *m;
+    if (rp_model_load(vocab_path, &mp, &m)) {
+        fprintf(stderr, "%s: %s\n", vocab_path, rp_last_error());
+        return 1;
+    }
+    const rp_vocab *v = rp_model_vocab(m);
+    char *gbnf = slurp(grammar_path);
+    if (!gbnf) {
+        fprintf(stderr, "cannot read %s\n", grammar_path);
+        return 1;
+    }
+    double t0 = now_us();
+    rp_grammar_vocab *gv;
+    if (rp_grammar_vocab_new(v, &gv)) {
+        fprintf(stderr, "%s\n", rp_last_error());
+        return 1;
+    }
+    double t_trie = now_us() - t0;
+    int32_t *toks;
+    size_t n;
+    if (rp_tokenize(v, text, strlen(text), false, false, &toks, &n)) return 1;
+    int32_t nv = rp_vocab_n_tokens(v);
+    float *logits = malloc((size_t)nv * sizeof *logits);
+    stat_ cold = {0}, warm = {0}, cached = {0}, allows = {0};
+    rp_grammar *g;
+    t0 = now_us();
+    if (rp_grammar_new(gv, gbnf, NULL, &g)) {
+        fprintf(stderr, "%s\n", rp_last_error());
+        return 1;
+    }
+    double t_new = now_us() - t0;
+    int allowed_sum = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        rp_grammar_reset(g);
+        for (size_t i = 0; i < n; i++) {
+            /* passes 1 and 2: best of REPS (the machine is shared) */
+            double best = 1e30;
+            for (int rep = 0; rep < (pass ? REPS : 1); rep++) {
+                memset(logits, 0, (size_t)nv * sizeof *logits);
+                if (pass == 1) gbnf_mask_cache_clear(g);
+                double a = now_us();
+                if (rp_grammar_apply(g, logits)) {
+                    fprintf(stderr, "%s\n", rp_last_error());
+                    return 1;
+                }
+                double b = now_us();
+                if (b - a < best) best = b - a;
+            }
+            add(pass == 0 ? &cold : pass == 1 ? &warm : &cached, best);
+            if (pass == 1 && getenv("GRAMMAR_BENCH_STEPS")) {
+                int al = 0;
+                for (int32_t t = 0; t < nv; t++) al += logits[t] == 0;
+                char piece[64];
+                int k = rp_token_to_piece(v, toks[i], false, piece, sizeof piece);
+                fprintf(stderr, "step %3zu %8.1f us %7d allowed  next \"%.*s\"\n", i, best, al,
+                        k < 0 ? 0 : k, piece);
+            }
+            if (pass == 0)
+                for (int32_t t = 0; t < nv; t++) allowed_sum += logits[t] == 0;
+            double a = now_us();
+            bool ok = rp_grammar_allows(g, toks[i]);
+            double b = now_us();
+            if (pass == 2) add(&allows, b - a);
+            if (!ok || rp_grammar_accept(g, toks[i])) {
+                fprintf(stderr, "token %zu refused: %s\n", i, rp_last_error());
+                return 1;
+            }
+        }
+    }
+    printf("vocabulary   %s: %d tokens, %zu trie nodes; trie built in %.1f ms\n", vocab_path, nv,
+           gbnf_vocab_nodes(gv), t_trie / 1e3);
+    printf("grammar      %s: compiled in %.2f ms\n", grammar_path, t_new / 1e3);
+    printf("walk         %zu tokens of a %zu-byte JSON document, %.0f tokens allowed per step on "
+           "average\n",
+           n, strlen(text), (double)allowed_sum / (double)n);
+    printf(
+        "mask cold    %8.1f us/step mean, %8.1f max  (first walk: transitions + masks computed)\n",
+        cold.sum / cold.n, cold.max);
+    printf("mask warm    %8.1f us/step mean, %8.1f max  (transitions cached, masks recomputed)\n",
+           warm.sum / warm.n, warm.max);
+    printf("mask cached  %8.1f us/step mean, %8.1f max  (the state's mask cached)\n",
+           cached.sum / cached.n, cached.max);
+    printf("allows       %8.2f us/step mean, %8.2f max  (one token checked)\n",
+           allows.sum / allows.n, allows.max);
+    rp_grammar_free(g);
+    rp_grammar_vocab_free(gv);
+    free(toks);
+    free(logits);
+    free(gbnf);
+    rp_model_free(m);
+    return 0;
+}
