@@ -268,6 +268,30 @@ typedef struct rp_sampler_params {
     float freq_penalty;     /* 0: off */
     float presence_penalty; /* 0: off */
     uint64_t seed;
+    /* ---- llama.cpp's other samplers (zero: off, or llama.cpp's default) -- */
+    float typical_p;            /* locally typical sampling; 0 or >= 1: off */
+    float top_n_sigma;          /* keep logits within n sigma of the largest; <= 0: off */
+    float xtc_probability;      /* XTC: chance of dropping the top choices; 0: off */
+    float xtc_threshold;        /* XTC: probability a choice needs to be dropped; 0 = 0.1 */
+    float dry_multiplier;       /* DRY repetition penalty; 0: off (needs rp_sampler_set_vocab
+                                   for its sequence breakers) */
+    float dry_base;             /* 0 = 1.75 */
+    int32_t dry_allowed_length; /* 0 = 2 */
+    int32_t dry_penalty_last_n; /* tokens DRY looks back over; 0 or -1 = all (up to 65536) */
+    int32_t mirostat;           /* 1: Mirostat, 2: Mirostat 2.0 (temperature, then Mirostat
+                                   instead of the chain, as llama.cpp); 0: off */
+    float mirostat_tau;         /* 0 = 5.0 */
+    float mirostat_eta;         /* 0 = 0.1 */
+    int32_t min_keep;           /* candidates every truncating stage keeps; 0 = 1 */
+    /* Stage order by llama.cpp's names ("penalties;dry;top_n_sigma;top_k;typ_p;
+     * top_p;min_p;xtc;temperature", separated by ';', ',' or spaces) or its
+     * letters ("edskypmxt"); stages left out do not run. NULL: that default. */
+    const char *samplers;
+    /* With a grammar (rp_sampler_set_grammar): false = llama.cpp's way (draw
+     * without it; only when it refuses the token, draw again with the grammar
+     * applied first); true = always apply it first (the exact constrained
+     * distribution, slower). */
+    bool grammar_first;
 } rp_sampler_params;
 
 rp_sampler_params rp_sampler_default_params(void);
@@ -281,6 +305,46 @@ int32_t rp_sampler_sample(rp_sampler *s, const float *logits);
 /* The probability distribution the chain samples from, after every stage
  * (n_vocab floats; zero outside the kept set). For speculative decoding. */
 void rp_sampler_probs(rp_sampler *s, const float *logits, float *probs);
+
+/* ---- sampling: grammar, logit bias, log-probabilities -------------------- */
+
+typedef struct rp_grammar rp_grammar; /* see "grammars" below */
+
+/* Constrains sampling to g (not owned: it must outlive its use; NULL
+ * removes it). rp_sampler_sample then returns -1 when the grammar allows no
+ * token. rp_sampler_probs applies it first. */
+void rp_sampler_set_grammar(rp_sampler *s, rp_grammar *g);
+/* Like rp_sampler_accept, and advances the grammar: call it for every token
+ * generated (rp_sampler_accept alone for prompt tokens). Fails, changing
+ * nothing, when the grammar refuses the token. */
+rp_status rp_sampler_accept_sampled(rp_sampler *s, int32_t token);
+/* Adds bias[i] to the logit of tokens[i] before every stage (-INFINITY bans a
+ * token: ignore_eos is a -INFINITY bias on the end-of-generation tokens).
+ * Replaces any earlier bias; n = 0 clears it. */
+rp_status rp_sampler_set_logit_bias(rp_sampler *s, const int32_t *tokens, const float *bias,
+                                    size_t n);
+/* The vocabulary DRY reads sequence breakers from: tokens whose text holds one
+ * of breakers[0..n) (NULL = llama.cpp's "\n", ":", "\"", "*") end a repeat. */
+rp_status rp_sampler_set_vocab(rp_sampler *s, const rp_vocab *vocab, const char *const *breakers,
+                               size_t n_breakers);
+
+typedef struct rp_token_logprob {
+    int32_t token;
+    float logprob; /* natural log */
+} rp_token_logprob;
+
+/* Post-sampling log-probabilities (llama-server's post_sampling_probs): of the
+ * distribution the last rp_sampler_sample drew from, after every stage and the
+ * grammar (greedy: the chosen token, log 1 = 0). *token_logprob for token
+ * (-INFINITY when outside the kept set); up to n_top alternatives in top, most
+ * likely first. Returns how many were written. */
+int rp_sampler_last_logprobs(const rp_sampler *s, int32_t token, float *token_logprob,
+                             rp_token_logprob *top, int n_top);
+/* Pre-sampling log-probabilities: log-softmax of the raw logits (no
+ * temperature, no stage) — OpenAI's logprobs / top_logprobs and llama-server's
+ * default n_probs. Same outputs as above. */
+int rp_logits_logprobs(const float *logits, int32_t n_vocab, int32_t token, float *token_logprob,
+                       rp_token_logprob *top, int n_top);
 
 /* ---- chat templates (Jinja) ---------------------------------------------- */
 
