@@ -171,7 +171,8 @@ static bool states_rehash(gm *m, size_t cap) {
         return false;
     }
     for (size_t s = 0; s < m->n_states; s++) {
-        size_t i = items_hash(m->items + m->off[s], m->len[s]) & (cap - 1);
+        /* (the dead state has no items: m->items may still be NULL) */
+        size_t i = items_hash(m->len[s] ? m->items + m->off[s] : NULL, m->len[s]) & (cap - 1);
         while (slots[i]) i = (i + 1) & (cap - 1);
         slots[i] = (uint32_t)s + 1;
     }

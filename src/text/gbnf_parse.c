@@ -168,7 +168,7 @@ static int cmp_range(const void *a, const void *b) {
 
 /* A set from n (lo, hi) pairs: sorted, merged, negated when neg. */
 static uint32_t make_set(parser *P, uint32_t *pairs, size_t n, bool neg) {
-    qsort(pairs, n, 2 * sizeof *pairs, cmp_range);
+    if (n > 1) qsort(pairs, n, 2 * sizeof *pairs, cmp_range);
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
         if (m && pairs[2 * i] <= pairs[2 * (m - 1) + 1] + 1) {
@@ -184,7 +184,7 @@ static uint32_t make_set(parser *P, uint32_t *pairs, size_t n, bool neg) {
     uint32_t r0 = (uint32_t)(P->n_ranges / 2), nr = 0;
     uint32_t *out = P->ranges + P->n_ranges;
     if (!neg) {
-        memcpy(out, pairs, 2 * m * sizeof *pairs);
+        if (m) memcpy(out, pairs, 2 * m * sizeof *pairs);
         nr = (uint32_t)m;
     } else {
         uint32_t lo = 0;
@@ -616,7 +616,7 @@ static rp_status finish(parser *P, const char *root, rp_gbnf **out) {
         nm += t->name_len + 1;
         for (size_t k = 0; k < t->n_alts; k++) {
             g->alts[a++] = (uint32_t)e;
-            memcpy(g->e + e, t->alts[k].v, t->alts[k].n * sizeof *g->e);
+            if (t->alts[k].n) memcpy(g->e + e, t->alts[k].v, t->alts[k].n * sizeof *g->e);
             e += t->alts[k].n;
             g->e[e++] = (gb_elem){GB_END, 0};
         }

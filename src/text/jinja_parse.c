@@ -575,30 +575,27 @@ static jj_node *parse_not(parser *P) {
     return parse_compare(P);
 }
 
-static jj_node *parse_and(parser *P) {
-    jj_node *n = parse_not(P);
-    while (is_name(P, "and")) {
+/* a (word b)*, left-associative: "and" over not-expressions, "or" over and-expressions. */
+static jj_node *parse_logic(parser *P, const char *word, jj_kind kind,
+                            jj_node *(*operand)(parser *)) {
+    jj_node *n = operand(P);
+    while (is_name(P, word)) {
         const jj_tok *at = cur(P);
         next(P);
-        jj_node *x = node(P, JN_AND, at);
+        jj_node *x = node(P, kind, at);
         x->a = n;
-        x->b = parse_not(P);
+        x->b = operand(P);
         n = x;
     }
     return n;
 }
 
+static jj_node *parse_and(parser *P) {
+    return parse_logic(P, "and", JN_AND, parse_not);
+}
+
 static jj_node *parse_or(parser *P) {
-    jj_node *n = parse_and(P);
-    while (is_name(P, "or")) {
-        const jj_tok *at = cur(P);
-        next(P);
-        jj_node *x = node(P, JN_OR, at);
-        x->a = n;
-        x->b = parse_and(P);
-        n = x;
-    }
-    return n;
+    return parse_logic(P, "or", JN_OR, parse_and);
 }
 
 static jj_node *parse_expr(parser *P) {

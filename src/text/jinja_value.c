@@ -442,21 +442,31 @@ static void write_str_repr(jj_ctx *c, jj_out *o, const char *p, size_t n) {
     putc_(c, o, quote);
 }
 
-static void write_scalar(jj_ctx *c, jj_out *o, jv v) {
+/* None / bools / numbers as Python prints them (json: as JSON does). */
+static void write_scalar(jj_ctx *c, jj_out *o, jv v, bool json) {
     char buf[64];
     switch (v.kind) {
     case JV_NONE:
-        jj_out_put(c, o, "None", 4);
+        jj_out_put(c, o, json ? "null" : "None", 4);
         break;
     case JV_BOOL:
-        jj_out_put(c, o, v.u.b ? "True" : "False", v.u.b ? 4 : 5);
+        if (json)
+            jj_out_put(c, o, v.u.b ? "true" : "false", v.u.b ? 4 : 5);
+        else
+            jj_out_put(c, o, v.u.b ? "True" : "False", v.u.b ? 4 : 5);
         break;
     case JV_INT:
         putf(c, o, "%lld", (long long)v.u.i);
         break;
     case JV_FLOAT:
-        jj_format_float(v.u.f, buf, sizeof buf);
-        jj_out_put(c, o, buf, strlen(buf));
+        if (json && isnan(v.u.f))
+            jj_out_put(c, o, "NaN", 3);
+        else if (json && isinf(v.u.f))
+            jj_out_put(c, o, v.u.f < 0 ? "-Infinity" : "Infinity", v.u.f < 0 ? 9 : 8);
+        else {
+            jj_format_float(v.u.f, buf, sizeof buf);
+            jj_out_put(c, o, buf, strlen(buf));
+        }
         break;
     default:
         break;
@@ -511,7 +521,7 @@ void jv_write_repr(jj_ctx *c, jj_out *o, jv v) {
         jj_out_put(c, o, "<LoopContext>", 13);
         break;
     default:
-        write_scalar(c, o, v);
+        write_scalar(c, o, v, false);
     }
 }
 
@@ -609,27 +619,13 @@ static int cmp_keys(jj_ctx *c, const jj_node *at, jv a, jv b) {
 
 void jv_write_json(jj_ctx *c, const jj_node *at, jj_out *o, jv v, const jj_json_opts *opt,
                    int level) {
-    char buf[64];
     jj_step(c, at);
     switch (v.kind) {
     case JV_NONE:
-        jj_out_put(c, o, "null", 4);
-        return;
     case JV_BOOL:
-        jj_out_put(c, o, v.u.b ? "true" : "false", v.u.b ? 4 : 5);
-        return;
     case JV_INT:
-        putf(c, o, "%lld", (long long)v.u.i);
-        return;
     case JV_FLOAT:
-        if (isnan(v.u.f))
-            jj_out_put(c, o, "NaN", 3);
-        else if (isinf(v.u.f))
-            jj_out_put(c, o, v.u.f < 0 ? "-Infinity" : "Infinity", v.u.f < 0 ? 9 : 8);
-        else {
-            jj_format_float(v.u.f, buf, sizeof buf);
-            jj_out_put(c, o, buf, strlen(buf));
-        }
+        write_scalar(c, o, v, true);
         return;
     case JV_STR:
         write_json_str(c, o, v.u.s.p, v.u.s.n, opt->ensure_ascii);

@@ -1379,7 +1379,7 @@ rp_status rp_json_schema_to_grammar(const char *schema_json, char **gbnf) {
     rp_status st = c.status;
     if (!r && !st) st = rp_fail(RP_ERR_INTERNAL, "JSON schema: conversion failed");
     if (!st) {
-        qsort(c.rules, c.n, sizeof *c.rules, cmp_rules);
+        if (c.n > 1) qsort(c.rules, c.n, sizeof *c.rules, cmp_rules);
         rp_buf b = {0};
         bool ok = true;
         for (size_t i = 0; i < c.n && ok; i++)
