@@ -54,6 +54,11 @@ typedef struct parser {
     char **tok_text; /* <text> tokens, resolved later: their elements hold GB_TOKEN_TEXT | index */
     size_t n_tok, cap_tok;
     int nest;
+    /* scratch that a failure (longjmp) must not leak: freed with the parser */
+    uint32_t *set_buf; /* parse_set's ranges */
+    size_t set_cap;
+    gb_elem *sym_buf; /* repeat's copy of the repeated symbol */
+    size_t sym_cap;
     jmp_buf jb;
     rp_status status;
 } parser;
@@ -276,41 +281,24 @@ static uint32_t parse_set(parser *P) {
         neg = true;
         P->pos++;
     }
-    uint32_t *pairs = NULL;
-    size_t n = 0, cap = 0;
+    size_t n = 0;
     while (peek(P, 0) != ']') {
-        if (P->pos >= P->n) {
-            free(pairs);
+        if (P->pos >= P->n)
             pfail(P, open, RP_ERR_FORMAT, "unterminated character set (missing ']')");
-        }
         uint32_t lo = parse_char(P), hi = lo;
         if (peek(P, 0) == '-' && peek(P, 1) != ']' && P->pos + 1 < P->n) {
             P->pos++;
             size_t at = P->pos;
             hi = parse_char(P);
-            if (hi < lo) {
-                free(pairs);
-                pfail(P, at, RP_ERR_FORMAT, "character range ends before it starts");
-            }
+            if (hi < lo) pfail(P, at, RP_ERR_FORMAT, "character range ends before it starts");
         }
-        if (n + 1 > cap) {
-            cap = cap ? cap * 2 : 8;
-            uint32_t *q = realloc(pairs, cap * 2 * sizeof *q);
-            if (!q) {
-                free(pairs);
-                P->status = rp_fail(RP_ERR_NOMEM, "grammar: out of memory");
-                longjmp(P->jb, 1);
-            }
-            pairs = q;
-        }
-        pairs[2 * n] = lo;
-        pairs[2 * n + 1] = hi;
+        P->set_buf = grow(P, P->set_buf, 2 * sizeof *P->set_buf, &P->set_cap, n + 1);
+        P->set_buf[2 * n] = lo;
+        P->set_buf[2 * n + 1] = hi;
         n++;
     }
     P->pos++;
-    uint32_t id = make_set(P, pairs, n, neg);
-    free(pairs);
-    return id;
+    return make_set(P, P->set_buf, n, neg);
 }
 
 /* ---- tokens --------------------------------------------------------------------- */
@@ -368,11 +356,8 @@ static void repeat(parser *P, uint32_t rule, seq **qp, size_t from, uint64_t min
         pfail(P, P->pos, RP_ERR_INVALID_ARG,
               "repetition nested too deeply: more than %d copies of one symbol (reduce the bounds)",
               MAX_REPETITION);
-    gb_elem *sym = malloc(len * sizeof *sym);
-    if (!sym) {
-        P->status = rp_fail(RP_ERR_NOMEM, "grammar: out of memory");
-        longjmp(P->jb, 1);
-    }
+    P->sym_buf = grow(P, P->sym_buf, sizeof *P->sym_buf, &P->sym_cap, len);
+    gb_elem *sym = P->sym_buf;
     memcpy(sym, q->v + from, len * sizeof *sym);
     size_t alt_index = (size_t)(q - P->rules[rule].alts);
     q->n = from;
@@ -392,7 +377,6 @@ static void repeat(parser *P, uint32_t rule, seq **qp, size_t from, uint64_t min
         add_alt(P, r); /* the empty alternative */
         tail = r;
     }
-    free(sym);
     q = &P->rules[rule].alts[alt_index];
     if (tail != UINT32_MAX) seq_push(P, q, (gb_elem){GB_RULE, tail});
     *mult *= copies;
@@ -560,6 +544,8 @@ static void free_parser(parser *P) {
         free(P->rules[i].name);
     }
     free(P->rules);
+    free(P->set_buf);
+    free(P->sym_buf);
     free(P->ranges);
     free(P->sets);
     for (size_t i = 0; i < P->n_tok; i++) free(P->tok_text[i]);
