@@ -7,6 +7,9 @@
 # bench/grammar_bench.c is built against $BUILD/libreprise.a; each vocabulary
 # walks a 252-byte JSON document through json.gbnf (GRAMMAR=... for another),
 # timing every step (best of 5 for the repeated passes: the machine is shared).
+# Then each model generates N_GEN tokens without a grammar, with a JSON-schema
+# grammar the llama.cpp way and with grammar_first: CPU time per token of the
+# forward pass and of sampling, on one thread (other jobs do not count).
 #
 #   bench/grammar.sh            (BUILD=build)
 set -euo pipefail
@@ -27,3 +30,9 @@ for v in $VOCABS; do
     ran=1
 done
 [ "$ran" = 1 ] || { echo "no vocabulary found (set VOCABS)"; exit 1; }
+# generation with and without a grammar (one thread, CPU time): MODELS="a.gguf ..." (default: the same files)
+for mdl in ${MODELS:-$VOCABS}; do
+    [ -f "$mdl" ] || continue
+    "$W/grammar_bench" --generate "$mdl" "${N_GEN:-64}"
+    echo
+done
