@@ -5,9 +5,11 @@
  * raise_exception, strftime_now, dict and namespace.
  *
  * Files: jinja_lex.c (source -> tokens, whitespace control), jinja_parse.c
- * (tokens -> tree), jinja_value.c (values, arena, Python str/repr/JSON text),
- * jinja_eval.c (statements and expressions), jinja_builtins.c (filters, tests,
- * methods, globals). The public entry points are in text/chat_template.c.
+ * (tokens -> tree), jinja_value.c (values, arena, errors and limits, Python
+ * str/repr/JSON text, comparison), jinja_builtins.c (filters, tests, methods,
+ * globals, attribute access), jinja_eval.c (statements and expressions); each
+ * calls only the ones before it. The public entry points are in
+ * text/chat_template.c.
  *
  * Memory: every value, node and output buffer lives in an arena freed in one
  * go, so values need no reference counts and a runtime error can unwind with
@@ -272,6 +274,8 @@ rp_status jj_render(const jj_template *t, jj_arena *values, const jdict *globals
 _Noreturn void jj_fail(jj_ctx *c, const jj_node *at, rp_status s, const char *fmt, ...)
     JJ_PRINTF(4, 5);
 void *jj_ctx_alloc(jj_ctx *c, const jj_node *at, size_t n);
+/* An undefined value whose message (when used) is the formatted text. */
+jv jj_undef_msg(jj_ctx *c, const char *fmt, ...) JJ_PRINTF(2, 3);
 
 static inline jv jv_undef(const char *name, size_t n) {
     jv v = {.kind = JV_UNDEF};
@@ -387,14 +391,20 @@ jv jj_find_global(const char *name, size_t n);
 /* obj.name for a method of obj's type; JV_UNDEF if none. */
 jv jj_find_method(jj_ctx *c, jv obj, const char *name, size_t n);
 
-/* Provided by jinja_eval.c to the builtins. */
-jv jj_call(jj_ctx *c, const jj_node *at, jv fn, const jj_args *a);
+/* obj.key with Jinja's rule: the object's attribute (a method) first, then
+ * its item (jinja_builtins.c). */
 jv jj_getattr(jj_ctx *c, const jj_node *at, jv obj, jv key);
+/* fmt % args (printf-style, Python semantics for %s %r %d %i %f %x %%). */
+jv jj_percent_format(jj_ctx *c, const jj_node *at, jv fmt, jv args);
+/* Calls a macro or builtin (jinja_eval.c). */
+jv jj_call(jj_ctx *c, const jj_node *at, jv fn, const jj_args *a);
+
+/* The layers below the builtins (jinja_value.c): a step of the evaluation
+ * (counted against the limit), iteration, Python's <, undefined values. The
+ * files call downward only: value <- builtins <- eval. */
 jv jj_iterable_to_list(jj_ctx *c, const jj_node *at, jv v); /* list of items / keys / chars */
 void jj_step(jj_ctx *c, const jj_node *at);
 bool jj_less(jj_ctx *c, const jj_node *at, jv a, jv b); /* Python a < b */
 _Noreturn void jj_undefined_error(jj_ctx *c, const jj_node *at, jv u);
-/* fmt % args (printf-style, Python semantics for %s %r %d %i %f %x %%). */
-jv jj_percent_format(jj_ctx *c, const jj_node *at, jv fmt, jv args);
 
 #endif

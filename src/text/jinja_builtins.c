@@ -1963,3 +1963,53 @@ jv jj_find_global(const char *name, size_t n) {
         }
     return jv_undef(NULL, 0);
 }
+
+/* ---- attribute access (needs the methods above) ------------------------------- */
+
+static jv loop_attr(jj_ctx *c, const jj_node *at, jloop *l, const char *k, size_t n) {
+    size_t len = l->n, i = l->index0;
+#define IS(s) (n == sizeof(s) - 1 && !memcmp(k, s, n))
+    if (IS("index")) return jv_int((int64_t)i + 1);
+    if (IS("index0")) return jv_int((int64_t)i);
+    if (IS("revindex")) return jv_int((int64_t)(len - i));
+    if (IS("revindex0")) return jv_int((int64_t)(len - i - 1));
+    if (IS("first")) return jv_bool(i == 0);
+    if (IS("last")) return jv_bool(i + 1 == len);
+    if (IS("length")) return jv_int((int64_t)len);
+    if (IS("depth")) return jv_int(1); /* only recursive loops (unsupported) go deeper */
+    if (IS("depth0")) return jv_int(0);
+    if (IS("previtem")) return i ? l->items[i - 1] : jj_undef_msg(c, "there is no previous item");
+    if (IS("nextitem"))
+        return i + 1 < len ? l->items[i + 1] : jj_undef_msg(c, "there is no next item");
+#undef IS
+    (void)at;
+    jv self = {.kind = JV_LOOP};
+    self.u.loop = l;
+    jv m = jj_find_method(c, self, k, n);
+    if (m.kind != JV_UNDEF) return m;
+    return jj_undef_msg(c, "'LoopContext' has no attribute '%.*s'", (int)RP_MIN(n, (size_t)100), k);
+}
+
+/* obj.key (key a string) with Jinja's rule: the object's attribute (a method)
+ * first, then its item. */
+jv jj_getattr(jj_ctx *c, const jj_node *at, jv obj, jv key) {
+    if (obj.kind == JV_UNDEF) jj_undefined_error(c, at, obj);
+    if (key.kind != JV_STR) jj_fail(c, at, JJ_ERR_TYPE, "attribute names must be strings");
+    const char *k = key.u.s.p;
+    size_t n = key.u.s.n;
+    if (obj.kind == JV_LOOP) return loop_attr(c, at, obj.u.loop, k, n);
+    if (obj.kind == JV_NS) {
+        jv *v = jv_dict_gets(obj.u.d, k, n);
+        return v ? *v
+                 : jj_undef_msg(c, "'Namespace' has no attribute '%.*s'",
+                                (int)RP_MIN(n, (size_t)100), k);
+    }
+    jv m = jj_find_method(c, obj, k, n);
+    if (m.kind != JV_UNDEF) return m;
+    if (obj.kind == JV_DICT) {
+        jv *v = jv_dict_gets(obj.u.d, k, n);
+        if (v) return *v;
+    }
+    return jj_undef_msg(c, "'%s object' has no attribute '%.*s'", jv_type_name(obj),
+                        (int)RP_MIN(n, (size_t)100), k);
+}

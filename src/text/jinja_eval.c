@@ -23,46 +23,6 @@
 #define DEFAULT_MAX_DEPTH  600
 #define MAX_MACRO_DEPTH    64
 
-_Noreturn void jj_fail(jj_ctx *c, const jj_node *at, rp_status s, const char *fmt, ...) {
-    char msg[640];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (at)
-        snprintf(c->msg, sizeof c->msg, "chat template line %d, column %d: %s", at->line, at->col,
-                 msg);
-    else
-        snprintf(c->msg, sizeof c->msg, "chat template: %s", msg);
-    c->status = s;
-    longjmp(c->jb, 1);
-}
-
-void jj_step(jj_ctx *c, const jj_node *at) {
-    if (++c->steps > c->lim.max_steps)
-        jj_fail(c, at, RP_ERR_INVALID_ARG,
-                "the template ran more than %llu steps (a runaway loop?)",
-                (unsigned long long)c->lim.max_steps);
-}
-
-_Noreturn void jj_undefined_error(jj_ctx *c, const jj_node *at, jv u) {
-    if (u.u.s.n) jj_fail(c, at, JJ_ERR_TYPE, "%.*s", (int)RP_MIN(u.u.s.n, (size_t)300), u.u.s.p);
-    jj_fail(c, at, JJ_ERR_TYPE, "a value is undefined");
-}
-
-static jv undef_msg(jj_ctx *c, const char *fmt, ...) RP_PRINTF(2, 3);
-static jv undef_msg(jj_ctx *c, const char *fmt, ...) {
-    char buf[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    size_t n = (size_t)RP_MIN(RP_MAX(k, 0), (int)sizeof buf - 1);
-    char *p = jj_ctx_alloc(c, NULL, n + 1);
-    memcpy(p, buf, n);
-    return jv_undef(p, n);
-}
-
 /* ---- scopes ---------------------------------------------------------------- */
 
 static jj_scope *scope_new(jj_ctx *c, jj_scope *parent) {
@@ -86,7 +46,7 @@ static jv lookup(jj_ctx *c, jj_scope *s, jj_str name) {
     }
     jv g = jj_find_global(name.p, name.n);
     if (g.kind != JV_UNDEF) return g;
-    return undef_msg(c, "'%.*s' is undefined", (int)RP_MIN(name.n, (size_t)100), name.p);
+    return jj_undef_msg(c, "'%.*s' is undefined", (int)RP_MIN(name.n, (size_t)100), name.p);
 }
 
 /* ---- containers --------------------------------------------------------------- */
@@ -101,82 +61,7 @@ static jv new_str(jj_ctx *c, const jj_node *at, const char *a, size_t na, const 
     return jv_str(p, na + nb);
 }
 
-jv jj_iterable_to_list(jj_ctx *c, const jj_node *at, jv v) {
-    switch (v.kind) {
-    case JV_LIST:
-        return v;
-    case JV_UNDEF: {
-        jv l = jv_list_new(c, 0);
-        return l;
-    }
-    case JV_DICT: {
-        jv l = jv_list_new(c, v.u.d->n);
-        for (size_t i = 0; i < v.u.d->n; i++) jv_list_push(c, l.u.l, v.u.d->key[i]);
-        return l;
-    }
-    case JV_STR: {
-        jv l = jv_list_new(c, v.u.s.n);
-        for (size_t i = 0; i < v.u.s.n;) {
-            size_t k = jj_utf8_offset(v.u.s.p + i, v.u.s.n - i, 1);
-            jv_list_push(c, l.u.l, jv_str(v.u.s.p + i, k));
-            i += k;
-        }
-        return l;
-    }
-    default:
-        jj_fail(c, at, JJ_ERR_TYPE, "'%s' object is not iterable", jv_type_name(v));
-    }
-}
-
 /* ---- attribute and item access ------------------------------------------------- */
-
-static jv loop_attr(jj_ctx *c, const jj_node *at, jloop *l, const char *k, size_t n) {
-    size_t len = l->n, i = l->index0;
-#define IS(s) (n == sizeof(s) - 1 && !memcmp(k, s, n))
-    if (IS("index")) return jv_int((int64_t)i + 1);
-    if (IS("index0")) return jv_int((int64_t)i);
-    if (IS("revindex")) return jv_int((int64_t)(len - i));
-    if (IS("revindex0")) return jv_int((int64_t)(len - i - 1));
-    if (IS("first")) return jv_bool(i == 0);
-    if (IS("last")) return jv_bool(i + 1 == len);
-    if (IS("length")) return jv_int((int64_t)len);
-    if (IS("depth")) return jv_int(1); /* only recursive loops (unsupported) go deeper */
-    if (IS("depth0")) return jv_int(0);
-    if (IS("previtem")) return i ? l->items[i - 1] : undef_msg(c, "there is no previous item");
-    if (IS("nextitem"))
-        return i + 1 < len ? l->items[i + 1] : undef_msg(c, "there is no next item");
-#undef IS
-    (void)at;
-    jv self = {.kind = JV_LOOP};
-    self.u.loop = l;
-    jv m = jj_find_method(c, self, k, n);
-    if (m.kind != JV_UNDEF) return m;
-    return undef_msg(c, "'LoopContext' has no attribute '%.*s'", (int)RP_MIN(n, (size_t)100), k);
-}
-
-/* obj.key (key a string) with Jinja's rule: the object's attribute (a method)
- * first, then its item. */
-jv jj_getattr(jj_ctx *c, const jj_node *at, jv obj, jv key) {
-    if (obj.kind == JV_UNDEF) jj_undefined_error(c, at, obj);
-    if (key.kind != JV_STR) jj_fail(c, at, JJ_ERR_TYPE, "attribute names must be strings");
-    const char *k = key.u.s.p;
-    size_t n = key.u.s.n;
-    if (obj.kind == JV_LOOP) return loop_attr(c, at, obj.u.loop, k, n);
-    if (obj.kind == JV_NS) {
-        jv *v = jv_dict_gets(obj.u.d, k, n);
-        return v ? *v
-                 : undef_msg(c, "'Namespace' has no attribute '%.*s'", (int)RP_MIN(n, (size_t)100),
-                             k);
-    }
-    jv m = jj_find_method(c, obj, k, n);
-    if (m.kind != JV_UNDEF) return m;
-    if (obj.kind == JV_DICT) {
-        jv *v = jv_dict_gets(obj.u.d, k, n);
-        if (v) return *v;
-    }
-    return undef_msg(c, "'%s object' has no attribute '%.*s'", jv_type_name(obj),
-                     (int)RP_MIN(n, (size_t)100), k);
-}
 
 static bool as_index(jv k, int64_t *i) {
     if (k.kind == JV_INT)
@@ -199,8 +84,8 @@ static jv getitem(jj_ctx *c, const jj_node *at, jv obj, jv key) {
         int64_t n = (int64_t)obj.u.l->n;
         if (i < 0) i += n;
         if (i >= 0 && i < n) return obj.u.l->v[i];
-        return undef_msg(c, "%s index %lld out of range", jv_type_name(obj),
-                         (long long)(i < 0 ? i - n : i));
+        return jj_undef_msg(c, "%s index %lld out of range", jv_type_name(obj),
+                            (long long)(i < 0 ? i - n : i));
     } else if (obj.kind == JV_STR && as_index(key, &i)) {
         int64_t n = (int64_t)jj_utf8_len(obj.u.s.p, obj.u.s.n);
         if (i < 0) i += n;
@@ -209,11 +94,11 @@ static jv getitem(jj_ctx *c, const jj_node *at, jv obj, jv key) {
             size_t e = b + jj_utf8_offset(obj.u.s.p + b, obj.u.s.n - b, 1);
             return jv_str(obj.u.s.p + b, e - b);
         }
-        return undef_msg(c, "string index out of range");
+        return jj_undef_msg(c, "string index out of range");
     }
     if (key.kind == JV_STR) return jj_getattr(c, at, obj, key);
-    if (obj.kind == JV_DICT) return undef_msg(c, "'dict object' has no item of that key");
-    return undef_msg(c, "'%s object' has no item of that key", jv_type_name(obj));
+    if (obj.kind == JV_DICT) return jj_undef_msg(c, "'dict object' has no item of that key");
+    return jj_undef_msg(c, "'%s object' has no item of that key", jv_type_name(obj));
 }
 
 static int64_t slice_bound(jj_ctx *c, const jj_node *at, jv v, int64_t def, int64_t len,
@@ -268,29 +153,6 @@ static jv eval_slice(jj_ctx *c, jj_scope *s, const jj_node *n) {
 }
 
 /* ---- operators ------------------------------------------------------------------- */
-
-bool jj_less(jj_ctx *c, const jj_node *at, jv a, jv b) {
-    if (jv_is_num(a) && jv_is_num(b)) {
-        if (a.kind != JV_FLOAT && b.kind != JV_FLOAT)
-            return (a.kind == JV_INT ? a.u.i : a.u.b) < (b.kind == JV_INT ? b.u.i : b.u.b);
-        return jv_num(a) < jv_num(b);
-    }
-    if (a.kind == JV_STR && b.kind == JV_STR) {
-        size_t n = RP_MIN(a.u.s.n, b.u.s.n);
-        int r = n ? memcmp(a.u.s.p, b.u.s.p, n) : 0;
-        return r < 0 || (r == 0 && a.u.s.n < b.u.s.n);
-    }
-    if (a.kind == JV_LIST && b.kind == JV_LIST) {
-        for (size_t i = 0; i < a.u.l->n && i < b.u.l->n; i++)
-            if (!jv_equal(a.u.l->v[i], b.u.l->v[i]))
-                return jj_less(c, at, a.u.l->v[i], b.u.l->v[i]);
-        return a.u.l->n < b.u.l->n;
-    }
-    if (a.kind == JV_UNDEF) jj_undefined_error(c, at, a);
-    if (b.kind == JV_UNDEF) jj_undefined_error(c, at, b);
-    jj_fail(c, at, JJ_ERR_TYPE, "'<' not supported between instances of '%s' and '%s'",
-            jv_type_name(a), jv_type_name(b));
-}
 
 static bool contains(jj_ctx *c, const jj_node *at, jv item, jv box) {
     switch (box.kind) {
@@ -509,8 +371,8 @@ static jv call_macro(jj_ctx *c, const jj_node *at, const jfunc *f, const jj_args
         if (jv_dict_gets(&s->vars, m->targets[i].p, m->targets[i].n)) continue;
         /* defaults are evaluated at call time, in the macro's scope */
         jv d = m->defaults && m->defaults[i] ? eval(c, s, m->defaults[i])
-                                             : undef_msg(c, "parameter '%.*s' was not provided",
-                                                         (int)m->targets[i].n, m->targets[i].p);
+                                             : jj_undef_msg(c, "parameter '%.*s' was not provided",
+                                                            (int)m->targets[i].n, m->targets[i].p);
         scope_set(c, s, m->targets[i], d);
     }
     scope_set(c, s, (jj_str){"varargs", 7}, varargs);
@@ -623,8 +485,9 @@ static jv eval_inner(jj_ctx *c, jj_scope *s, const jj_node *n) {
     }
     case JN_COND:
         if (jv_truthy(eval(c, s, n->a))) return eval(c, s, n->b);
-        return n->c ? eval(c, s, n->c)
-                    : undef_msg(c, "the inline if expression evaluated to false and has no else");
+        return n->c
+                   ? eval(c, s, n->c)
+                   : jj_undef_msg(c, "the inline if expression evaluated to false and has no else");
     case JN_LIST:
     case JN_TUPLE: {
         jv l = jv_list_new(c, n->n_args);

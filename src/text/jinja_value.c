@@ -672,3 +672,96 @@ void jv_write_json(jj_ctx *c, const jj_node *at, jj_out *o, jv v, const jj_json_
     putc_(c, o, v.kind == JV_LIST ? ']' : '}');
     c->depth--;
 }
+
+/* ---- errors and limits (used by every evaluator file) ----------------------- */
+
+_Noreturn void jj_fail(jj_ctx *c, const jj_node *at, rp_status s, const char *fmt, ...) {
+    char msg[640];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (at)
+        snprintf(c->msg, sizeof c->msg, "chat template line %d, column %d: %s", at->line, at->col,
+                 msg);
+    else
+        snprintf(c->msg, sizeof c->msg, "chat template: %s", msg);
+    c->status = s;
+    longjmp(c->jb, 1);
+}
+
+void jj_step(jj_ctx *c, const jj_node *at) {
+    if (++c->steps > c->lim.max_steps)
+        jj_fail(c, at, RP_ERR_INVALID_ARG,
+                "the template ran more than %llu steps (a runaway loop?)",
+                (unsigned long long)c->lim.max_steps);
+}
+
+_Noreturn void jj_undefined_error(jj_ctx *c, const jj_node *at, jv u) {
+    if (u.u.s.n) jj_fail(c, at, JJ_ERR_TYPE, "%.*s", (int)RP_MIN(u.u.s.n, (size_t)300), u.u.s.p);
+    jj_fail(c, at, JJ_ERR_TYPE, "a value is undefined");
+}
+
+jv jj_undef_msg(jj_ctx *c, const char *fmt, ...) {
+    char buf[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    size_t n = (size_t)RP_MIN(RP_MAX(k, 0), (int)sizeof buf - 1);
+    char *p = jj_ctx_alloc(c, NULL, n + 1);
+    memcpy(p, buf, n);
+    return jv_undef(p, n);
+}
+
+/* ---- iteration and ordering (Python semantics) ------------------------------ */
+
+jv jj_iterable_to_list(jj_ctx *c, const jj_node *at, jv v) {
+    switch (v.kind) {
+    case JV_LIST:
+        return v;
+    case JV_UNDEF: {
+        jv l = jv_list_new(c, 0);
+        return l;
+    }
+    case JV_DICT: {
+        jv l = jv_list_new(c, v.u.d->n);
+        for (size_t i = 0; i < v.u.d->n; i++) jv_list_push(c, l.u.l, v.u.d->key[i]);
+        return l;
+    }
+    case JV_STR: {
+        jv l = jv_list_new(c, v.u.s.n);
+        for (size_t i = 0; i < v.u.s.n;) {
+            size_t k = jj_utf8_offset(v.u.s.p + i, v.u.s.n - i, 1);
+            jv_list_push(c, l.u.l, jv_str(v.u.s.p + i, k));
+            i += k;
+        }
+        return l;
+    }
+    default:
+        jj_fail(c, at, JJ_ERR_TYPE, "'%s' object is not iterable", jv_type_name(v));
+    }
+}
+
+bool jj_less(jj_ctx *c, const jj_node *at, jv a, jv b) {
+    if (jv_is_num(a) && jv_is_num(b)) {
+        if (a.kind != JV_FLOAT && b.kind != JV_FLOAT)
+            return (a.kind == JV_INT ? a.u.i : a.u.b) < (b.kind == JV_INT ? b.u.i : b.u.b);
+        return jv_num(a) < jv_num(b);
+    }
+    if (a.kind == JV_STR && b.kind == JV_STR) {
+        size_t n = RP_MIN(a.u.s.n, b.u.s.n);
+        int r = n ? memcmp(a.u.s.p, b.u.s.p, n) : 0;
+        return r < 0 || (r == 0 && a.u.s.n < b.u.s.n);
+    }
+    if (a.kind == JV_LIST && b.kind == JV_LIST) {
+        for (size_t i = 0; i < a.u.l->n && i < b.u.l->n; i++)
+            if (!jv_equal(a.u.l->v[i], b.u.l->v[i]))
+                return jj_less(c, at, a.u.l->v[i], b.u.l->v[i]);
+        return a.u.l->n < b.u.l->n;
+    }
+    if (a.kind == JV_UNDEF) jj_undefined_error(c, at, a);
+    if (b.kind == JV_UNDEF) jj_undefined_error(c, at, b);
+    jj_fail(c, at, JJ_ERR_TYPE, "'<' not supported between instances of '%s' and '%s'",
+            jv_type_name(a), jv_type_name(b));
+}
