@@ -827,8 +827,10 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "serve: %s: stopping (%d running, %d queued)\n",
                 sig == SIGTERM ? "SIGTERM" : "SIGINT", busy, queued);
     }
-    /* stop accepting; queued requests get 503; running ones finish within --grace */
+    /* stop accepting; queued requests get 503 (from this moment: none is admitted
+     * while the listening socket closes); running ones finish within --grace */
     atomic_store(&srv.stopping, true);
+    srv_engine_drain(srv.engine, grace);
     MHD_socket ls = MHD_quiesce_daemon(d);
     if (ls != MHD_INVALID_SOCKET) close(ls);
     srv_engine_stop(srv.engine, grace);

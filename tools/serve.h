@@ -96,6 +96,10 @@ srv_engine *srv_engine_start(srv_entry *entries, int n_entries, int n_batch);
  * until now + grace seconds to finish, then fail with 503. Returns when the
  * engine thread has exited. Then srv_engine_free. */
 void srv_engine_stop(srv_engine *e, double grace);
+/* The first half of srv_engine_stop, which does not wait: from now on no
+ * queued task is admitted (each fails with 503 at the engine's next step). A
+ * later srv_engine_stop keeps this grace. */
+void srv_engine_drain(srv_engine *e, double grace);
 void srv_engine_free(srv_engine *e);
 
 /* A task with refs = 1 for the caller (prompt and stop strings are taken over

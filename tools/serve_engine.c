@@ -687,13 +687,20 @@ srv_engine *srv_engine_start(srv_entry *entries, int n_entries, int n_batch) {
     return e;
 }
 
-void srv_engine_stop(srv_engine *e, double grace) {
+void srv_engine_drain(srv_engine *e, double grace) {
     if (!e || !e->running) return;
     pthread_mutex_lock(&e->mu);
-    e->stopping = true;
-    e->grace_until = rp_time_s() + grace;
+    if (!e->stopping) {
+        e->stopping = true;
+        e->grace_until = rp_time_s() + grace;
+    }
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
+}
+
+void srv_engine_stop(srv_engine *e, double grace) {
+    if (!e || !e->running) return;
+    srv_engine_drain(e, grace);
     pthread_join(e->thread, NULL);
     e->running = false;
 }
