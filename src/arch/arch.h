@@ -32,7 +32,6 @@ struct rp_arch {
 };
 
 const rp_arch *rp_arch_find(const char *name);
-/* Comma-separated list of supported architectures, for messages. */
-const char *rp_arch_list(void);
+/* rp_arch_list (the names, for messages) is public (reprise.h). */
 
 #endif

@@ -2,6 +2,7 @@
  * rp_arch, and a line here. */
 #include "arch/arch.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -21,12 +22,18 @@ const rp_arch *rp_arch_find(const char *name) {
     return NULL;
 }
 
+/* Filled once (pthread_once): any thread may ask at any time. */
+static char g_arch_list[512];
+static pthread_once_t g_arch_list_once = PTHREAD_ONCE_INIT;
+
+static void arch_list_fill(void) {
+    size_t k = 0;
+    for (size_t i = 0; i < sizeof g_archs / sizeof g_archs[0] && k < sizeof g_arch_list; i++)
+        k += (size_t)snprintf(g_arch_list + k, sizeof g_arch_list - k, "%s%s", i ? ", " : "",
+                              g_archs[i]->name);
+}
+
 const char *rp_arch_list(void) {
-    static char buf[512];
-    if (!buf[0]) {
-        size_t k = 0;
-        for (size_t i = 0; i < sizeof g_archs / sizeof g_archs[0] && k < sizeof buf; i++)
-            k += (size_t)snprintf(buf + k, sizeof buf - k, "%s%s", i ? ", " : "", g_archs[i]->name);
-    }
-    return buf;
+    pthread_once(&g_arch_list_once, arch_list_fill);
+    return g_arch_list;
 }

@@ -25,49 +25,17 @@
 
 #include "format/gguf.h"
 #include "reprise.h"
+#include "reprise_tools.h"
 #include "format/safetensors.h"
 
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 
-/* ---- the conversion, as the tool drives it -------------------------------- */
+/* ---- the conversion, as the tool drives it: public (reprise_tools.h) ------- */
 
-typedef struct rp_convert_params {
-    const char *dir;         /* the checkpoint directory */
-    int outtype;             /* type of the 2-D weights: RP_TYPE_F32, F16, BF16 or Q8_0; -1 = auto
-                              * (the checkpoint's 16-bit type, else F16, as llama.cpp guesses) */
-    bool vocab_only;         /* metadata and tokenizer only: no weights are read */
-    bool no_vocab;           /* no tokenizer: tokenizer.ggml.model = "none" */
-    bool shapes_from_config; /* a directory without weights is planned from config.json
-                              * (for --dry-run; needs the architecture's shapes callback) */
-    const char *vocab_pre;   /* force tokenizer.ggml.pre of a byte-level BPE tokenizer */
-    bool zamba2_merged; /* Zamba2: write the older merged form (each visit's adapter baked into a
-                         * full per-layer matrix) instead of shared blocks + adapter pairs */
-} rp_convert_params;
-
-rp_convert_params rp_convert_default_params(void);
-
-typedef struct rp_conv rp_conv;
 typedef struct rp_conv_out rp_conv_out;
-
-/* Reads config.json, the tokenizer and the tensor table, and plans the whole
- * output (metadata, tokenizer keys, every tensor's name, type, shape and
- * source). No tensor data is read. On failure *out is NULL. */
-rp_status rp_conv_open(const rp_convert_params *p, rp_conv **out);
-void rp_conv_free(rp_conv *cv);
-
-const char *rp_conv_hf_arch(const rp_conv *cv);   /* "LlamaForCausalLM" */
-const char *rp_conv_arch_name(const rp_conv *cv); /* "llama" */
-bool rp_conv_from_shapes(const rp_conv *cv);      /* planned from config.json alone */
-int64_t rp_conv_n_tokens(const rp_conv *cv);      /* tokens written (0 without a vocabulary) */
-size_t rp_conv_n_out(const rp_conv *cv);
 const rp_conv_out *rp_conv_out_at(const rp_conv *cv, size_t i);
-uint64_t rp_conv_file_size(const rp_conv *cv);
-
-/* Streams every tensor into path (temporary file + rename; nothing is left
- * on failure or cancel). Needs a plan made from real weights. */
-rp_status rp_conv_write(rp_conv *cv, const char *path, rp_progress_fn progress, void *user);
 
 /* The tokenizer on its own: DIR/tokenizer.json (+ tokenizer_config.json and
  * chat_template.jinja/.json; special token ids also from config, which may be
@@ -120,7 +88,6 @@ typedef struct rp_conv_arch {
 } rp_conv_arch;
 
 const rp_conv_arch *rp_conv_arch_find(const char *hf_arch);
-const char *rp_conv_arch_list(void); /* for messages */
 
 /* Converter state. Architecture files use hp, st, w and arch_data; the rest
  * belongs to the mechanism. */
