@@ -221,12 +221,3 @@ rp_status rp_canvas_write_png(const rp_canvas *c, const char *path) {
     png_destroy_write_struct(&png, &info);
     return rp_atomic_commit(&af);
 }
-
-rp_status rp_heatmap_write_png(const rp_heatmap *h, const char *path) {
-    rp_canvas cv;
-    memset(&cv, 0, sizeof cv);
-    rp_status s = rp_heatmap_draw(h, &cv);
-    if (!s) s = rp_canvas_write_png(&cv, path);
-    rp_canvas_free(&cv);
-    return s;
-}
