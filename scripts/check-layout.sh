@@ -6,7 +6,9 @@
 #   arch-names no architecture name in library code outside src/arch/
 #   tool-includes  tools/ include public headers (include/) and their own only
 # Prints one line per violation and exits 1 when there is any.
-# Usage: scripts/check-layout.sh [fn-length|arch-names|tool-includes]...
+# Usage: scripts/check-layout.sh [fn-length|arch-names|tool-includes]... [PATH]...
+# A PATH (an existing file or folder, e.g. tools) limits fn-length to the C
+# files under it; without one it looks at src/ and tools/.
 set -u
 cd "$(dirname "$0")/.."
 MAX_LINES=${MAX_LINES:-150}
@@ -14,7 +16,7 @@ bad=0
 
 fn_length() {
     local f
-    for f in $(find src tools -name '*.c' -not -path 'src/kernels/*' | sort); do
+    for f in $(find "${paths[@]}" -name '*.c' -not -path 'src/kernels/*' | sort); do
         awk -v max="$MAX_LINES" -v file="$f" '
             # a definition starts in column 0 with a name and "(", may wrap, and ends its
             # signature with "{"; a ";" first makes it a declaration
@@ -48,14 +50,21 @@ tool_includes() {
     done
 }
 
-checks=("$@")
+checks=()
+paths=()
+for a in "$@"; do
+    case $a in
+        fn-length | arch-names | tool-includes) checks+=("$a") ;;
+        *) if [ -e "$a" ]; then paths+=("${a%/}"); else echo "unknown check or path $a"; exit 2; fi ;;
+    esac
+done
 [ ${#checks[@]} -gt 0 ] || checks=(fn-length arch-names tool-includes)
+[ ${#paths[@]} -gt 0 ] || paths=(src tools)
 for c in "${checks[@]}"; do
     case $c in
         fn-length) out=$(fn_length) ;;
         arch-names) out=$(arch_names) ;;
         tool-includes) out=$(tool_includes) ;;
-        *) echo "unknown check $c"; exit 2 ;;
     esac
     if [ -n "$out" ]; then echo "$out"; bad=1; fi
 done
