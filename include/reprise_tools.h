@@ -1066,8 +1066,11 @@ typedef struct rp_synth_params {
 rp_synth_params rp_synth_default_params(void);
 
 /* Writes the model atomically.
- *   RP_ERR_INVALID_ARG  an unknown architecture or type, shapes that do not fit
- *                       together (the message names the parameter)
+ *   RP_ERR_INVALID_ARG  an unknown architecture, shapes that do not fit together
+ *                       (the message names the parameter)
+ *   RP_ERR_UNSUPPORTED  an architecture without a synthesizer, a type reprise
+ *                       cannot write
+ *   RP_ERR_FORMAT       a vocab_path file without a tokenizer
  *   RP_ERR_IO  the file cannot be written; RP_ERR_CANCELLED from progress */
 rp_status rp_synth_write(const rp_synth_params *p, const char *path, rp_progress_fn progress,
                          void *user);
