@@ -981,8 +981,9 @@ typedef struct rp_convert_params {
     bool shapes_from_config; /* a directory without weights is planned from config.json
                               * (for a dry run; needs the architecture's shapes callback) */
     const char *vocab_pre;   /* force tokenizer.ggml.pre of a byte-level BPE tokenizer */
-    bool zamba2_merged; /* Zamba2: write the older merged form (each visit's adapter baked into a
-                         * full per-layer matrix) instead of shared blocks + adapter pairs */
+    const char *arch_opts;   /* options of the architecture's converter, "key[=value],..."
+                              * (Zamba2: "merged", the older form with each visit's adapter
+                              * baked into a full per-layer matrix); other keys are refused */
 } rp_convert_params;
 
 rp_convert_params rp_convert_default_params(void);
@@ -996,12 +997,13 @@ typedef struct rp_conv rp_conv;
  *   RP_ERR_FORMAT       a malformed config.json, tokenizer or safetensors header
  *                       (the message names the file and the field)
  *   RP_ERR_UNSUPPORTED  an architecture or tokenizer reprise does not convert
- *   RP_ERR_INVALID_ARG  conflicting parameters, an unused checkpoint tensor */
+ *   RP_ERR_INVALID_ARG  conflicting parameters, an unknown architecture option, an
+ *                       unused checkpoint tensor */
 rp_status rp_conv_open(const rp_convert_params *p, rp_conv **out);
 void rp_conv_free(rp_conv *cv); /* NULL is fine */
 
 const char *rp_conv_hf_arch(const rp_conv *cv);   /* "LlamaForCausalLM" */
-const char *rp_conv_arch_name(const rp_conv *cv); /* "llama" */
+const char *rp_conv_arch_name(const rp_conv *cv); /* its general.architecture: "llama" */
 bool rp_conv_from_shapes(const rp_conv *cv);      /* planned from config.json alone */
 int64_t rp_conv_n_tokens(const rp_conv *cv);      /* tokens written (0 without a vocabulary) */
 size_t rp_conv_n_out(const rp_conv *cv);          /* tensors of the output */

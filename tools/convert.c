@@ -32,7 +32,8 @@ int cmd_convert(int argc, char **argv) {
     const char *cmd = "convert";
     rp_convert_params p = rp_convert_default_params();
     const char *out = NULL, *outtype = "f16";
-    bool dry_run = false, quiet = false;
+    const char *arch_opts = NULL;
+    bool dry_run = false, quiet = false, zamba2_merged = false;
     const arg_opt opts[] = {
         {"-o|--outfile", ARG_STR, &out, "FILE",
          "output GGUF (written to a temporary file, then renamed)"},
@@ -45,9 +46,11 @@ int cmd_convert(int argc, char **argv) {
          "convert without a tokenizer (tokenizer.ggml.model = none)"},
         {"--vocab-pre", ARG_STR, &p.vocab_pre, "NAME",
          "tokenizer.ggml.pre for a pre-tokenizer reprise does not know"},
-        {"--zamba2-merged", ARG_FLAG, &p.zamba2_merged, NULL,
+        {"--arch-opt", ARG_STR, &arch_opts, "LIST",
+         "options of the architecture's converter, KEY[=VALUE],... (Zamba2: merged)"},
+        {"--zamba2-merged", ARG_FLAG, &zamba2_merged, NULL,
          "Zamba2: the older merged form (each visit's MLP adapter baked into its own full ffn_up) "
-         "instead of shared blocks stored once + adapter pairs"},
+         "instead of shared blocks stored once + adapter pairs (= --arch-opt merged)"},
         {"-q|--quiet", ARG_FLAG, &quiet, NULL, "only errors on stderr"},
         {0},
     };
@@ -96,6 +99,10 @@ int cmd_convert(int argc, char **argv) {
             return 2;
         }
     }
+    char arch_list[512];
+    snprintf(arch_list, sizeof arch_list, "%s%s%s", arch_opts ? arch_opts : "",
+             arch_opts && zamba2_merged ? "," : "", zamba2_merged ? "merged" : "");
+    p.arch_opts = arch_list;
     p.dir = pos[0];
     p.shapes_from_config = dry_run;
     rp_conv *cv;

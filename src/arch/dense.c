@@ -5,40 +5,63 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define AT RP_TAT_LAYER
+const rp_tensor_def rp_dense_rows[RP_DENSE_N_ROWS] = {
+    [RP_DENSE_ATTN_NORM] = {RP_TROW("attn_norm.weight", EMBD, NONE, NORM), AT(attn_norm)},
+    [RP_DENSE_ATTN_Q] = {RP_TROW("attn_q.weight", EMBD, Q, ATTN_Q), AT(wq)},
+    [RP_DENSE_ATTN_K] = {RP_TROW("attn_k.weight", EMBD, KV, ATTN_K), AT(wk)},
+    [RP_DENSE_ATTN_V] = {RP_TROW("attn_v.weight", EMBD, KV_V, ATTN_V), AT(wv)},
+    [RP_DENSE_ATTN_OUT] = {RP_TROW("attn_output.weight", O, EMBD, ATTN_OUTPUT), AT(wo)},
+    [RP_DENSE_ATTN_Q_B] = {RP_TROW("attn_q.bias", Q, NONE, OTHER), .opt = true,
+                           .make = RP_DENSE_F_QKV_BIAS, AT(bq)},
+    [RP_DENSE_ATTN_K_B] = {RP_TROW("attn_k.bias", KV, NONE, OTHER), .opt = true,
+                           .make = RP_DENSE_F_QKV_BIAS, AT(bk)},
+    [RP_DENSE_ATTN_V_B] = {RP_TROW("attn_v.bias", KV_V, NONE, OTHER), .opt = true,
+                           .make = RP_DENSE_F_QKV_BIAS, AT(bv)},
+    [RP_DENSE_ATTN_OUT_B] = {RP_TROW("attn_output.bias", EMBD, NONE, OTHER), .opt = true, AT(bo)},
+    [RP_DENSE_ATTN_Q_NORM] = {RP_TROW("attn_q_norm.weight", HEAD, NONE, NORM),
+                              .when = RP_DENSE_F_QK_NORM, AT(q_norm)},
+    [RP_DENSE_ATTN_K_NORM] = {RP_TROW("attn_k_norm.weight", HEAD, NONE, NORM),
+                              .when = RP_DENSE_F_QK_NORM, AT(k_norm)},
+    [RP_DENSE_FFN_NORM] = {RP_TROW("ffn_norm.weight", EMBD, NONE, NORM), AT(ffn_norm)},
+    [RP_DENSE_FFN_GATE] = {RP_TROW("ffn_gate.weight", EMBD, FF, FFN_GATE), AT(ffn_gate)},
+    [RP_DENSE_FFN_UP] = {RP_TROW("ffn_up.weight", EMBD, FF, FFN_UP), AT(ffn_up)},
+    [RP_DENSE_FFN_DOWN] = {RP_TROW("ffn_down.weight", FF, EMBD, FFN_DOWN), AT(ffn_down)},
+    [RP_DENSE_POST_ATTN_NORM] = {RP_TROW("post_attention_norm.weight", EMBD, NONE, NORM),
+                                 .when = RP_DENSE_F_POST_NORMS, AT(attn_post_norm)},
+    [RP_DENSE_POST_FFN_NORM] = {RP_TROW("post_ffw_norm.weight", EMBD, NONE, NORM),
+                                .when = RP_DENSE_F_POST_NORMS, AT(ffn_post_norm)},
+};
+#undef AT
+
+const rp_tensor_table rp_dense_tensors = {
+    .what = "the dense decoder block",
+    .rows = rp_dense_rows,
+    .n_rows = RP_DENSE_N_ROWS,
+    .base = &rp_io_tensors,
+};
+
+unsigned rp_dense_features(const rp_dense_cfg *cfg) {
+    return (cfg->qk_norm ? RP_DENSE_F_QK_NORM : 0u) |
+           (cfg->post_norms ? RP_DENSE_F_POST_NORMS : 0u);
+}
+
 rp_status rp_dense_bind_layer(rp_model *m, int l, const rp_dense_cfg *cfg) {
-    rp_layer *L = &m->layers[l];
-    const rp_layer_info *li = &m->info[l];
-    const int64_t E = m->hp.n_embd;
-    const int64_t nq = (int64_t)li->n_head * li->head_dim_k,
-                  nk = (int64_t)li->n_head_kv * li->head_dim_k,
-                  nv = (int64_t)li->n_head_kv * li->head_dim_v,
-                  no = (int64_t)li->n_head * li->head_dim_v;
-    rp_status s;
-#define BIND(dst, req, a, b, name)                                                                 \
-    if ((s = rp_bind(m, &L->dst, req, a, b, "blk.%d." name, l))) return s
-    BIND(attn_norm, true, E, 0, "attn_norm.weight");
-    BIND(wq, true, E, nq, "attn_q.weight");
-    BIND(wk, true, E, nk, "attn_k.weight");
-    BIND(wv, true, E, nv, "attn_v.weight");
-    BIND(wo, true, no, E, "attn_output.weight");
-    BIND(bq, false, nq, 0, "attn_q.bias");
-    BIND(bk, false, nk, 0, "attn_k.bias");
-    BIND(bv, false, nv, 0, "attn_v.bias");
-    BIND(bo, false, E, 0, "attn_output.bias");
-    if (cfg->qk_norm) {
-        BIND(q_norm, true, li->head_dim_k, 0, "attn_q_norm.weight");
-        BIND(k_norm, true, li->head_dim_k, 0, "attn_k_norm.weight");
-    }
-    BIND(ffn_norm, true, E, 0, "ffn_norm.weight");
-    BIND(ffn_gate, true, E, li->n_ff, "ffn_gate.weight");
-    BIND(ffn_up, true, E, li->n_ff, "ffn_up.weight");
-    BIND(ffn_down, true, li->n_ff, E, "ffn_down.weight");
-    if (cfg->post_norms) {
-        BIND(attn_post_norm, true, E, 0, "post_attention_norm.weight");
-        BIND(ffn_post_norm, true, E, 0, "post_ffw_norm.weight");
-    }
-#undef BIND
-    return RP_OK;
+    rp_dims d;
+    rp_dims_of_layer(&d, m, l);
+    return rp_bind_layer_rows(m, &rp_dense_tensors, l, rp_dense_features(cfg), &d, NULL);
+}
+
+rp_status rp_dense_synth_tensors(rp_synth *s, const rp_synth_params *p, unsigned feat) {
+    const int hd = p->head_dim ? p->head_dim : p->n_embd / p->n_head;
+    const int nkv = p->n_head_kv ? p->n_head_kv : p->n_head;
+    rp_dims d;
+    rp_dims_init(&d, p->n_embd, p->n_vocab, p->n_ff, p->n_head, nkv, hd, hd);
+    rp_status st =
+        rp_synth_rows(s, &rp_io_tensors, false, -1, p->tied ? 0 : RP_IO_F_UNTIED, &d, NULL);
+    for (int l = 0; l < p->n_layer && !st; l++)
+        st = rp_synth_rows(s, &rp_dense_tensors, true, l, feat, &d, NULL);
+    return st;
 }
 
 /* Scratch of one context: every buffer sized for n_ubatch tokens. */

@@ -203,10 +203,8 @@ static rp_status merge_meta_gemma(const rp_model *m, const rp_plan *plan, rp_ggu
 
 /* Random weights with llama.cpp's tensor names. p->window: 0 = the default
  * (gemma3 512, gemma2 4096), < 0 = no sliding_window key. */
-static rp_status synth_gemma(rp_synth *s, const rp_synth_params *p, bool qk_norm, float rope_base,
+static rp_status synth_gemma(rp_synth *s, const rp_synth_params *p, unsigned feat, float rope_base,
                              int window) {
-    const int hd = p->head_dim ? p->head_dim : p->n_embd / p->n_head;
-    const int nkv = p->n_head_kv ? p->n_head_kv : p->n_head;
     char key[128];
     rp_status st =
         rp_synth_transformer_keys(s, p, p->rope_base > 0 ? p->rope_base : rope_base, 1e-6f);
@@ -216,41 +214,21 @@ static rp_status synth_gemma(rp_synth *s, const rp_synth_params *p, bool qk_norm
                 : rp_gguf_w_set_u32(rp_synth_writer(s), key,
                                     (uint32_t)(p->window ? p->window : window));
     }
-    st = st ? st : rp_synth_weight(s, p->n_embd, p->n_vocab, "token_embd.weight");
-    st = st ? st : rp_synth_norm(s, p->n_embd, "output_norm.weight");
-    if (!p->tied) st = st ? st : rp_synth_weight(s, p->n_embd, p->n_vocab, "output.weight");
-    for (int l = 0; l < p->n_layer && !st; l++) {
-        st = rp_synth_norm(s, p->n_embd, "blk.%d.attn_norm.weight", l);
-        st = st ? st
-                : rp_synth_weight(s, p->n_embd, (int64_t)p->n_head * hd, "blk.%d.attn_q.weight", l);
-        st = st ? st : rp_synth_weight(s, p->n_embd, (int64_t)nkv * hd, "blk.%d.attn_k.weight", l);
-        st = st ? st : rp_synth_weight(s, p->n_embd, (int64_t)nkv * hd, "blk.%d.attn_v.weight", l);
-        st = st ? st
-                : rp_synth_weight(s, (int64_t)p->n_head * hd, p->n_embd,
-                                  "blk.%d.attn_output.weight", l);
-        if (qk_norm) {
-            st = st ? st : rp_synth_norm(s, hd, "blk.%d.attn_q_norm.weight", l);
-            st = st ? st : rp_synth_norm(s, hd, "blk.%d.attn_k_norm.weight", l);
-        }
-        st = st ? st : rp_synth_norm(s, p->n_embd, "blk.%d.post_attention_norm.weight", l);
-        st = st ? st : rp_synth_norm(s, p->n_embd, "blk.%d.ffn_norm.weight", l);
-        st = st ? st : rp_synth_weight(s, p->n_embd, p->n_ff, "blk.%d.ffn_gate.weight", l);
-        st = st ? st : rp_synth_weight(s, p->n_embd, p->n_ff, "blk.%d.ffn_up.weight", l);
-        st = st ? st : rp_synth_weight(s, p->n_ff, p->n_embd, "blk.%d.ffn_down.weight", l);
-        st = st ? st : rp_synth_norm(s, p->n_embd, "blk.%d.post_ffw_norm.weight", l);
-    }
-    return st;
+    return st ? st : rp_dense_synth_tensors(s, p, feat);
 }
 
 static rp_status synth_gemma2(rp_synth *s, const rp_synth_params *p) {
-    return synth_gemma(s, p, false, 10000.0f, 4096);
+    return synth_gemma(s, p, RP_DENSE_F_POST_NORMS, 10000.0f, 4096);
 }
 static rp_status synth_gemma3(rp_synth *s, const rp_synth_params *p) {
-    return synth_gemma(s, p, true, 1e6f, 512);
+    return synth_gemma(s, p, RP_DENSE_F_QK_NORM | RP_DENSE_F_POST_NORMS, 1e6f, 512);
 }
 
-#define GEMMA_ARCH(var, nm, loadfn, synthfn)                                                       \
+extern const rp_conv_hooks rp_conv_gemma3; /* gemma3_convert.c */
+
+#define GEMMA_ARCH(var, nm, loadfn, synthfn, hf, conv)                                             \
     const rp_arch var = {.name = nm,                                                               \
+                         .tensors = &rp_dense_tensors,                                             \
                          .load = loadfn,                                                           \
                          .unload = unload_gemma,                                                   \
                          .ctx_init = rp_dense_ctx_init,                                            \
@@ -258,7 +236,10 @@ static rp_status synth_gemma3(rp_synth *s, const rp_synth_params *p) {
                          .forward = rp_dense_forward,                                              \
                          .step_ranges = true,                                                      \
                          .merge_meta = merge_meta_gemma,                                           \
-                         .synth = synthfn}
+                         .synth = synthfn,                                                         \
+                         .hf_classes = hf,                                                         \
+                         .convert = conv}
 
-GEMMA_ARCH(rp_arch_gemma2, "gemma2", load_gemma2, synth_gemma2);
-GEMMA_ARCH(rp_arch_gemma3, "gemma3", load_gemma3, synth_gemma3);
+GEMMA_ARCH(rp_arch_gemma2, "gemma2", load_gemma2, synth_gemma2, NULL, NULL);
+static const char *const g_hf_gemma3[] = {"Gemma3ForCausalLM", NULL};
+GEMMA_ARCH(rp_arch_gemma3, "gemma3", load_gemma3, synth_gemma3, g_hf_gemma3, &rp_conv_gemma3);

@@ -10,6 +10,7 @@
  * says otherwise (layer_types or sliding_window_pattern), the per-layer pattern is written as
  * gemma3.attention.sliding_window_pattern (bool per layer, true = local). */
 #include "convert/convert.h"
+#include "arch/dense.h"
 #include "base/util.h"
 
 #include <inttypes.h>
@@ -23,28 +24,30 @@ static rp_status make_plus_one(rp_conv *cv, const rp_conv_out *o, int64_t row0, 
     return s;
 }
 
-#define NORM(hf, gguf, dim)                                                                        \
-    { hf, gguf, {dim, 0}, RP_RULE_REQUIRED, make_plus_one, "+1" }
-#define MAT(hf, gguf, d0, d1)                                                                      \
-    { hf, gguf, {d0, d1}, RP_RULE_REQUIRED, NULL, NULL }
+#define REQ           RP_RULE_REQUIRED
+#define NORM(hf, row) RP_DENSE_RULE(hf, row, REQ, make_plus_one, "+1")
+#define MAT(hf, row)  RP_DENSE_RULE(hf, row, REQ, NULL, NULL)
 
 static const rp_conv_rule g_rules[] = {
-    {"model.embed_tokens", "token_embd", {RP_DIM_EMBD, RP_DIM_VOCAB}, RP_RULE_REQUIRED, NULL, NULL},
-    NORM("model.norm", "output_norm", RP_DIM_EMBD),
-    NORM("model.layers.#.input_layernorm", "blk.#.attn_norm", RP_DIM_EMBD),
-    MAT("model.layers.#.self_attn.q_proj", "blk.#.attn_q", RP_DIM_EMBD, RP_DIM_Q),
-    MAT("model.layers.#.self_attn.k_proj", "blk.#.attn_k", RP_DIM_EMBD, RP_DIM_KV),
-    MAT("model.layers.#.self_attn.v_proj", "blk.#.attn_v", RP_DIM_EMBD, RP_DIM_KV),
-    MAT("model.layers.#.self_attn.o_proj", "blk.#.attn_output", RP_DIM_Q, RP_DIM_EMBD),
-    NORM("model.layers.#.self_attn.q_norm", "blk.#.attn_q_norm", RP_DIM_HEAD),
-    NORM("model.layers.#.self_attn.k_norm", "blk.#.attn_k_norm", RP_DIM_HEAD),
-    NORM("model.layers.#.post_attention_layernorm", "blk.#.post_attention_norm", RP_DIM_EMBD),
-    NORM("model.layers.#.pre_feedforward_layernorm", "blk.#.ffn_norm", RP_DIM_EMBD),
-    NORM("model.layers.#.post_feedforward_layernorm", "blk.#.post_ffw_norm", RP_DIM_EMBD),
-    MAT("model.layers.#.mlp.gate_proj", "blk.#.ffn_gate", RP_DIM_EMBD, RP_DIM_FF),
-    MAT("model.layers.#.mlp.up_proj", "blk.#.ffn_up", RP_DIM_EMBD, RP_DIM_FF),
-    MAT("model.layers.#.mlp.down_proj", "blk.#.ffn_down", RP_DIM_FF, RP_DIM_EMBD),
+    RP_IO_RULE("model.embed_tokens", TOKEN_EMBD, REQ),
+    {"model.norm", &rp_io_rows[RP_IO_OUTPUT_NORM], REQ, make_plus_one, "+1"},
+    NORM("model.layers.#.input_layernorm", ATTN_NORM),
+    MAT("model.layers.#.self_attn.q_proj", ATTN_Q),
+    MAT("model.layers.#.self_attn.k_proj", ATTN_K),
+    MAT("model.layers.#.self_attn.v_proj", ATTN_V),
+    MAT("model.layers.#.self_attn.o_proj", ATTN_OUT),
+    NORM("model.layers.#.self_attn.q_norm", ATTN_Q_NORM),
+    NORM("model.layers.#.self_attn.k_norm", ATTN_K_NORM),
+    NORM("model.layers.#.post_attention_layernorm", POST_ATTN_NORM),
+    NORM("model.layers.#.pre_feedforward_layernorm", FFN_NORM),
+    NORM("model.layers.#.post_feedforward_layernorm", POST_FFN_NORM),
+    MAT("model.layers.#.mlp.gate_proj", FFN_GATE),
+    MAT("model.layers.#.mlp.up_proj", FFN_UP),
+    MAT("model.layers.#.mlp.down_proj", FFN_DOWN),
 };
+#undef REQ
+#undef NORM
+#undef MAT
 
 /* Per-layer sliding flags from layer_types, or from the older
  * sliding_window_pattern (layer i is local unless (i + 1) % pattern == 0). */
@@ -167,7 +170,7 @@ static rp_status gemma3_tensors(rp_conv *cv) {
     rp_status s = head ? rp_conv_drop(cv, head) : RP_OK; /* always tied */
     if (!s) s = rp_conv_map(cv, g_rules, RP_ARRAY_LEN(g_rules));
     if (s) return s;
-    rp_conv_out *e = rp_conv_find_out(cv, "token_embd.weight");
+    rp_conv_out *e = rp_conv_find_out(cv, rp_io_rows[RP_IO_TOKEN_EMBD].name);
     if (cv->n_tokens > 0 && cv->n_tokens < e->ne[1]) {
         e->ne[1] = cv->n_tokens;
         e->note = "rows cut to the vocabulary";
@@ -179,9 +182,7 @@ static rp_status gemma3_shapes(rp_conv *cv, rp_st *st) {
     return rp_conv_rule_shapes(cv, st, g_rules, RP_ARRAY_LEN(g_rules));
 }
 
-const rp_conv_arch rp_conv_gemma3 = {
-    .hf_arch = "Gemma3ForCausalLM",
-    .arch = "gemma3",
+const rp_conv_hooks rp_conv_gemma3 = {
     .params = gemma3_params,
     .vocab = gemma3_vocab,
     .tensors = gemma3_tensors,

@@ -8,6 +8,7 @@
  * Q and n_head_kv for K. Llama 3.1's "llama3" rope scaling becomes the
  * rope_freqs.weight tensor of per-frequency divisors. */
 #include "convert/convert.h"
+#include "arch/llama.h"
 #include "base/util.h"
 
 #include <math.h>
@@ -41,65 +42,22 @@ static rp_status make_k(rp_conv *cv, const rp_conv_out *o, int64_t row0, int64_t
     return permute(o, cv->hp.n_head_kv, row0, n, dst);
 }
 
+#define REQ RP_RULE_REQUIRED
 static const rp_conv_rule g_rules[] = {
-    {"model.embed_tokens", "token_embd", {RP_DIM_EMBD, RP_DIM_VOCAB}, RP_RULE_REQUIRED, NULL, NULL},
-    {"model.norm", "output_norm", {RP_DIM_EMBD, 0}, RP_RULE_REQUIRED, NULL, NULL},
-    {"lm_head", "output", {RP_DIM_EMBD, RP_DIM_VOCAB}, 0, NULL, NULL},
-    {"model.layers.#.input_layernorm",
-     "blk.#.attn_norm",
-     {RP_DIM_EMBD, 0},
-     RP_RULE_REQUIRED,
-     NULL,
-     NULL},
-    {"model.layers.#.self_attn.q_proj",
-     "blk.#.attn_q",
-     {RP_DIM_EMBD, RP_DIM_Q},
-     RP_RULE_REQUIRED,
-     make_q,
-     "rope-permuted"},
-    {"model.layers.#.self_attn.k_proj",
-     "blk.#.attn_k",
-     {RP_DIM_EMBD, RP_DIM_KV},
-     RP_RULE_REQUIRED,
-     make_k,
-     "rope-permuted"},
-    {"model.layers.#.self_attn.v_proj",
-     "blk.#.attn_v",
-     {RP_DIM_EMBD, RP_DIM_KV},
-     RP_RULE_REQUIRED,
-     NULL,
-     NULL},
-    {"model.layers.#.self_attn.o_proj",
-     "blk.#.attn_output",
-     {RP_DIM_Q, RP_DIM_EMBD},
-     RP_RULE_REQUIRED,
-     NULL,
-     NULL},
-    {"model.layers.#.post_attention_layernorm",
-     "blk.#.ffn_norm",
-     {RP_DIM_EMBD, 0},
-     RP_RULE_REQUIRED,
-     NULL,
-     NULL},
-    {"model.layers.#.mlp.gate_proj",
-     "blk.#.ffn_gate",
-     {RP_DIM_EMBD, RP_DIM_FF},
-     RP_RULE_REQUIRED,
-     NULL,
-     NULL},
-    {"model.layers.#.mlp.up_proj",
-     "blk.#.ffn_up",
-     {RP_DIM_EMBD, RP_DIM_FF},
-     RP_RULE_REQUIRED,
-     NULL,
-     NULL},
-    {"model.layers.#.mlp.down_proj",
-     "blk.#.ffn_down",
-     {RP_DIM_FF, RP_DIM_EMBD},
-     RP_RULE_REQUIRED,
-     NULL,
-     NULL},
+    RP_IO_RULE("model.embed_tokens", TOKEN_EMBD, REQ),
+    RP_IO_RULE("model.norm", OUTPUT_NORM, REQ),
+    RP_IO_RULE("lm_head", OUTPUT, 0),
+    RP_DENSE_RULE("model.layers.#.input_layernorm", ATTN_NORM, REQ, NULL, NULL),
+    RP_DENSE_RULE("model.layers.#.self_attn.q_proj", ATTN_Q, REQ, make_q, "rope-permuted"),
+    RP_DENSE_RULE("model.layers.#.self_attn.k_proj", ATTN_K, REQ, make_k, "rope-permuted"),
+    RP_DENSE_RULE("model.layers.#.self_attn.v_proj", ATTN_V, REQ, NULL, NULL),
+    RP_DENSE_RULE("model.layers.#.self_attn.o_proj", ATTN_OUT, REQ, NULL, NULL),
+    RP_DENSE_RULE("model.layers.#.post_attention_layernorm", FFN_NORM, REQ, NULL, NULL),
+    RP_DENSE_RULE("model.layers.#.mlp.gate_proj", FFN_GATE, REQ, NULL, NULL),
+    RP_DENSE_RULE("model.layers.#.mlp.up_proj", FFN_UP, REQ, NULL, NULL),
+    RP_DENSE_RULE("model.layers.#.mlp.down_proj", FFN_DOWN, REQ, NULL, NULL),
 };
+#undef REQ
 
 static rp_status llama_params(rp_conv *cv) {
     rp_status s = rp_conv_decoder_params(cv, false);
@@ -152,7 +110,8 @@ static rp_status rope_freqs(rp_conv *cv) {
         }
     }
     int64_t ne[1] = {n};
-    return rp_conv_add_values(cv, "rope_freqs.weight", 1, ne, f) ? RP_OK : RP_ERR_NOMEM;
+    return rp_conv_add_values(cv, rp_llama_rows[RP_LLAMA_ROPE_FREQS].name, 1, ne, f) ? RP_OK
+                                                                                     : RP_ERR_NOMEM;
 }
 
 static rp_status llama_tensors(rp_conv *cv) {
@@ -169,9 +128,7 @@ static rp_status llama_shapes(rp_conv *cv, rp_st *st) {
     return rp_st_add_shape(st, "lm_head.weight", rp_st_tensor_at(st, 0)->type, 2, shape);
 }
 
-const rp_conv_arch rp_conv_llama = {
-    .hf_arch = "LlamaForCausalLM",
-    .arch = "llama",
+const rp_conv_hooks rp_conv_llama = {
     .params = llama_params,
     .tensors = llama_tensors,
     .shapes = llama_shapes,

@@ -15,6 +15,9 @@
  * its GGUF files. */
 #include "arch/qwen35.h"
 #include "arch/arch.h"
+#include "arch/tensors.h"
+#include "convert/synth.h"
+#include "core/context.h"
 #include "kernels/ops_delta.h"
 #include "kernels/types.h"
 #include "base/util.h"
@@ -35,6 +38,8 @@ typedef struct q35_rec {
     const float *dt_bias;   /* ssm_dt.bias: [n_head_v] */
     const float *a;         /* ssm_a: [n_head_v] (= -exp(A_log)) */
     const float *norm;      /* ssm_norm: [d_state] */
+    /* as bound (the floats above are read from them) */
+    const rp_tensor *t_conv, *t_dt, *t_a, *t_norm;
 } q35_rec;
 
 typedef struct q35_nextn {
@@ -44,6 +49,8 @@ typedef struct q35_nextn {
     const rp_tensor *embed;   /* nextn.embed_tokens, else token_embd */
     const rp_tensor *head;    /* nextn.shared_head_head, else output */
     const float *head_norm;   /* nextn.shared_head_norm, else output_norm: [n_embd] */
+    /* as bound (NULL when the file has none) */
+    const rp_tensor *t_enorm, *t_hnorm, *t_embed, *t_head, *t_head_norm;
 } q35_nextn;
 
 typedef struct q35_ext { /* m->layers[l].ext */
@@ -62,6 +69,86 @@ typedef struct q35_hp { /* m->arch_data */
     uint8_t *rope_zero; /* [n_rot/2] pair i rotates with position 0 (4th section) */
     int n_nextn;
 } q35_hp;
+
+/* ---- the tensor table ----------------------------------------------------- */
+
+/* qwen35's own dimensions (rp_dims) and layer features */
+#define RP_DIM_Q35_CONV_DIM (RP_DIM_ARCH + 0) /* conv_dim: q | k | v channels */
+#define RP_DIM_Q35_INNER    (RP_DIM_ARCH + 1) /* d_inner = n_head_v * d_state */
+#define RP_DIM_Q35_HEAD_V   (RP_DIM_ARCH + 2) /* n_head_v: recurrent value heads */
+#define RP_DIM_Q35_CONV     (RP_DIM_ARCH + 3) /* d_conv: conv taps */
+#define RP_DIM_Q35_STATE    (RP_DIM_ARCH + 4) /* d_state: width of a recurrent head */
+enum { Q35_F_ATTN = 1, Q35_F_REC = 2, Q35_F_NEXTN = 4 };
+
+#define AT       RP_TAT_LAYER
+#define REC(f)   RP_TAT_EXT(q35_ext, rec.f)
+#define NEXTN(f) RP_TAT_EXT(q35_ext, nextn.f)
+/* In binding order; synth makes them in this order too (the uniform and
+ * normal values come from one generator, in row order). */
+static const rp_tensor_def g_rows[] = {
+    {RP_TROW("attn_norm.weight", EMBD, NONE, NORM), AT(attn_norm)},
+    /* post_attention_norm is the FFN's input norm */
+    {RP_TROW("post_attention_norm.weight", EMBD, NONE, NORM), AT(ffn_norm)},
+    /* gated delta-net layers; a fused q|k|v counts as attn_v (llama.cpp's mixtures) */
+    {RP_TROW("attn_qkv.weight", EMBD, Q35_CONV_DIM, ATTN_V), .when = Q35_F_REC, REC(qkv)},
+    {RP_TROW("attn_gate.weight", EMBD, Q35_INNER, OTHER), .when = Q35_F_REC, REC(z)},
+    {RP_TROW("ssm_conv1d.weight", Q35_CONV, Q35_CONV_DIM, OTHER), .gen = RP_GEN_NORMAL,
+     .when = Q35_F_REC, REC(t_conv)},
+    {RP_TROW("ssm_dt.bias", Q35_HEAD_V, NONE, OTHER), .gen = RP_GEN_UNIFORM, .lo = -4.0f,
+     .hi = -2.0f, .when = Q35_F_REC, REC(t_dt)},
+    /* -exp(A_log) */
+    {RP_TROW("ssm_a", Q35_HEAD_V, NONE, OTHER), .gen = RP_GEN_UNIFORM, .lo = -8.0f, .hi = -1.0f,
+     .when = Q35_F_REC, REC(t_a)},
+    {RP_TROW("ssm_beta.weight", EMBD, Q35_HEAD_V, OTHER), .when = Q35_F_REC, REC(beta)},
+    {RP_TROW("ssm_alpha.weight", EMBD, Q35_HEAD_V, OTHER), .when = Q35_F_REC, REC(alpha)},
+    {RP_TROW("ssm_norm.weight", Q35_STATE, NONE, NORM), .when = Q35_F_REC, REC(t_norm)},
+    {RP_TROW("ssm_out.weight", Q35_INNER, EMBD, OTHER), .when = Q35_F_REC, REC(out)},
+    /* gated full-attention layers: each head's query, then its output gate */
+    {RP_TROW("attn_q.weight", EMBD, QG, ATTN_Q), .when = Q35_F_ATTN, AT(wq)},
+    {RP_TROW("attn_k.weight", EMBD, KV, ATTN_K), .when = Q35_F_ATTN, AT(wk)},
+    {RP_TROW("attn_v.weight", EMBD, KV_V, ATTN_V), .when = Q35_F_ATTN, AT(wv)},
+    {RP_TROW("attn_output.weight", O, EMBD, ATTN_OUTPUT), .when = Q35_F_ATTN, AT(wo)},
+    {RP_TROW("attn_q_norm.weight", HEAD, NONE, NORM), .when = Q35_F_ATTN, AT(q_norm)},
+    {RP_TROW("attn_k_norm.weight", HEAD, NONE, NORM), .when = Q35_F_ATTN, AT(k_norm)},
+    {RP_TROW("ffn_gate.weight", EMBD, FF, FFN_GATE), AT(ffn_gate)},
+    {RP_TROW("ffn_up.weight", EMBD, FF, FFN_UP), AT(ffn_up)},
+    {RP_TROW("ffn_down.weight", FF, EMBD, FFN_DOWN), AT(ffn_down)},
+    /* the NextN / MTP head layers after the trunk (full attention) */
+    {RP_TROW("nextn.eh_proj.weight", EMBD2, EMBD, OTHER), .when = Q35_F_NEXTN, NEXTN(eh_proj)},
+    {RP_TROW("nextn.enorm.weight", EMBD, NONE, NORM), .when = Q35_F_NEXTN, NEXTN(t_enorm)},
+    {RP_TROW("nextn.hnorm.weight", EMBD, NONE, NORM), .when = Q35_F_NEXTN, NEXTN(t_hnorm)},
+    /* absent: token_embd, output, output_norm */
+    {RP_TROW("nextn.embed_tokens.weight", EMBD, VOCAB, OTHER), .opt = true, .when = Q35_F_NEXTN,
+     NEXTN(t_embed)},
+    {RP_TROW("nextn.shared_head_head.weight", EMBD, VOCAB, OTHER), .opt = true, .when = Q35_F_NEXTN,
+     NEXTN(t_head)},
+    {RP_TROW("nextn.shared_head_norm.weight", EMBD, NONE, NORM), .opt = true, .when = Q35_F_NEXTN,
+     .make = Q35_F_NEXTN, NEXTN(t_head_norm)},
+};
+#undef AT
+#undef REC
+#undef NEXTN
+
+static const rp_tensor_table g_tensors = {
+    .what = "qwen35",
+    .rows = g_rows,
+    .n_rows = RP_ARRAY_LEN(g_rows),
+    .base = &rp_io_tensors,
+};
+
+static unsigned layer_features(bool rec, bool nextn) {
+    return (rec ? Q35_F_REC : Q35_F_ATTN) | (nextn ? Q35_F_NEXTN : 0u);
+}
+
+/* The recurrent part of the dimensions. */
+static void set_rec_dims(rp_dims *d, int conv_dim, int d_inner, int n_head_v, int d_conv,
+                         int d_state) {
+    d->v[RP_DIM_Q35_CONV_DIM] = conv_dim;
+    d->v[RP_DIM_Q35_INNER] = d_inner;
+    d->v[RP_DIM_Q35_HEAD_V] = n_head_v;
+    d->v[RP_DIM_Q35_CONV] = d_conv;
+    d->v[RP_DIM_Q35_STATE] = d_state;
+}
 
 static const q35_ext *ext_of(const rp_model *m, int l) {
     return m->layers[l].ext;
@@ -96,89 +183,42 @@ static const float *fdata(const rp_tensor *t) {
     return t ? (const float *)t->data : NULL;
 }
 
-#define BIND(dst, req, a, b, name)                                                                 \
-    if ((s = rp_bind(m, &(dst), req, a, b, "blk.%d." name, l))) return s
-
-static rp_status bind_attn(rp_model *m, int l) {
-    rp_layer *L = &m->layers[l];
-    const rp_layer_info *li = &m->info[l];
-    const int64_t E = m->hp.n_embd, hd = li->head_dim_k;
-    rp_status s;
-    BIND(L->wq, true, E, 2 * li->n_head * hd, "attn_q.weight");
-    BIND(L->wk, true, E, (int64_t)li->n_head_kv * hd, "attn_k.weight");
-    BIND(L->wv, true, E, (int64_t)li->n_head_kv * li->head_dim_v, "attn_v.weight");
-    BIND(L->wo, true, (int64_t)li->n_head * li->head_dim_v, E, "attn_output.weight");
-    BIND(L->q_norm, true, hd, 0, "attn_q_norm.weight");
-    BIND(L->k_norm, true, hd, 0, "attn_k_norm.weight");
+/* What binding leaves to do: the conv taps re-laid out, the float views. */
+static rp_status finish_rec(rp_model *m, q35_rec *r) {
+    rp_status s = conv_taps(m, r->t_conv, &r->conv);
+    if (s) return s;
+    r->dt_bias = fdata(r->t_dt);
+    r->a = fdata(r->t_a);
+    r->norm = fdata(r->t_norm);
     return RP_OK;
 }
 
-static rp_status bind_rec(rp_model *m, int l, const q35_hp *q, q35_rec *r) {
-    const int64_t E = m->hp.n_embd;
-    const rp_tensor *conv, *dt, *a, *norm;
-    rp_status s;
-    BIND(r->qkv, true, E, q->conv_dim, "attn_qkv.weight");
-    BIND(r->z, true, E, q->d_inner, "attn_gate.weight");
-    BIND(conv, true, q->d_conv, q->conv_dim, "ssm_conv1d.weight");
-    BIND(dt, true, q->n_head_v, 0, "ssm_dt.bias");
-    BIND(a, true, q->n_head_v, 0, "ssm_a");
-    BIND(r->beta, true, E, q->n_head_v, "ssm_beta.weight");
-    BIND(r->alpha, true, E, q->n_head_v, "ssm_alpha.weight");
-    BIND(norm, true, q->d_state, 0, "ssm_norm.weight");
-    BIND(r->out, true, q->d_inner, E, "ssm_out.weight");
-    if ((s = conv_taps(m, conv, &r->conv))) return s;
-    r->dt_bias = fdata(dt);
-    r->a = fdata(a);
-    r->norm = fdata(norm);
-    return RP_OK;
-}
-
-static rp_status bind_nextn(rp_model *m, int l, q35_nextn *x) {
-    const int64_t E = m->hp.n_embd;
-    const rp_tensor *en, *hn, *emb, *head, *hnorm;
-    rp_status s;
-    BIND(x->eh_proj, true, 2 * E, E, "nextn.eh_proj.weight");
-    BIND(en, true, E, 0, "nextn.enorm.weight");
-    BIND(hn, true, E, 0, "nextn.hnorm.weight");
-    BIND(emb, false, E, m->hp.n_vocab, "nextn.embed_tokens.weight");
-    BIND(head, false, E, m->hp.n_vocab, "nextn.shared_head_head.weight");
-    BIND(hnorm, false, E, 0, "nextn.shared_head_norm.weight");
-    if (emb && !rp_type_get(emb->type)->to_float)
-        return rp_fail(
-            RP_ERR_UNSUPPORTED,
-            "%s: blk.%d.nextn.embed_tokens.weight has type %s, which reprise cannot read", m->path,
-            l, rp_type_name(emb->type));
-    x->enorm = fdata(en);
-    x->hnorm = fdata(hn);
-    x->embed = emb ? emb : m->tok_embd;
-    x->head = head ? head : m->output;
-    x->head_norm = hnorm ? fdata(hnorm) : fdata(m->output_norm);
+static rp_status finish_nextn(rp_model *m, q35_nextn *x) {
+    if (x->t_embed && !rp_type_get(x->t_embed->type)->to_float)
+        return rp_fail(RP_ERR_UNSUPPORTED, "%s: %s has type %s, which reprise cannot read", m->path,
+                       x->t_embed->name, rp_type_name(x->t_embed->type));
+    x->enorm = fdata(x->t_enorm);
+    x->hnorm = fdata(x->t_hnorm);
+    x->embed = x->t_embed ? x->t_embed : m->tok_embd;
+    x->head = x->t_head ? x->t_head : m->output;
+    x->head_norm = x->t_head_norm ? fdata(x->t_head_norm) : fdata(m->output_norm);
     return RP_OK;
 }
 
 static rp_status bind_layer(rp_model *m, int l, const q35_hp *q) {
-    rp_layer *L = &m->layers[l];
     const rp_layer_info *li = &m->info[l];
-    const int64_t E = m->hp.n_embd;
-    rp_status s;
     q35_ext *x = rp_calloc(1, sizeof *x, "layer tensors");
     if (!x) return RP_ERR_NOMEM;
-    L->ext = x;
-    BIND(L->attn_norm, true, E, 0, "attn_norm.weight");
-    /* post_attention_norm is the FFN's input norm */
-    BIND(L->ffn_norm, true, E, 0, "post_attention_norm.weight");
-    if (li->kind == RP_LAYER_RECURRENT) {
-        if ((s = bind_rec(m, l, q, &x->rec))) return s;
-    } else if ((s = bind_attn(m, l))) {
-        return s;
-    }
-    BIND(L->ffn_gate, true, E, li->n_ff, "ffn_gate.weight");
-    BIND(L->ffn_up, true, E, li->n_ff, "ffn_up.weight");
-    BIND(L->ffn_down, true, li->n_ff, E, "ffn_down.weight");
-    if (l >= m->hp.n_trunk && (s = bind_nextn(m, l, &x->nextn))) return s;
-    return RP_OK;
+    m->layers[l].ext = x;
+    rp_dims d;
+    rp_dims_of_layer(&d, m, l);
+    set_rec_dims(&d, q->conv_dim, q->d_inner, q->n_head_v, q->d_conv, q->d_state);
+    const bool rec = li->kind == RP_LAYER_RECURRENT, nextn = l >= m->hp.n_trunk;
+    rp_status s = rp_bind_layer_rows(m, &g_tensors, l, layer_features(rec, nextn), &d, x);
+    if (!s && rec) s = finish_rec(m, &x->rec);
+    if (!s && nextn) s = finish_nextn(m, &x->nextn);
+    return s;
 }
-#undef BIND
 
 /* ---- hyperparameters ----------------------------------------------------- */
 
@@ -780,6 +820,37 @@ rp_status rp_qwen35_mtp_decode(rp_qwen35_mtp *h, const rp_qwen35_mtp_batch *in) 
     return s;
 }
 
+/* The head as qwen35's draft hook (core/draft.h). */
+static rp_status draft_create(rp_context *c, void **impl) {
+    return rp_qwen35_mtp_new(c, (rp_qwen35_mtp **)impl);
+}
+static void draft_destroy(void *impl) {
+    rp_qwen35_mtp_free(impl);
+}
+static rp_status draft_decode(void *impl, const rp_draft_batch *b) {
+    return rp_qwen35_mtp_decode(impl, b);
+}
+static int draft_seq_len(const void *impl, int seq) {
+    return rp_qwen35_mtp_seq_len(impl, seq);
+}
+static rp_status draft_truncate(void *impl, int seq, int p) {
+    return rp_qwen35_mtp_truncate(impl, seq, p);
+}
+static uint64_t draft_state_bytes(const void *impl) {
+    return rp_qwen35_mtp_state_bytes(impl);
+}
+
+static const rp_draft_ops g_draft = {
+    .needs = "a qwen35 file with nextn_predict_layers >= 1 is needed",
+    .available = rp_qwen35_has_mtp,
+    .create = draft_create,
+    .destroy = draft_destroy,
+    .decode = draft_decode,
+    .seq_len = draft_seq_len,
+    .truncate = draft_truncate,
+    .state_bytes = draft_state_bytes,
+};
+
 /* ---- merge and synth ----------------------------------------------------- */
 
 /* A merged file must say which layers recur: an index-derived pattern
@@ -840,57 +911,23 @@ static rp_status synth_qwen35(rp_synth *s, const rp_synth_params *p) {
     st = st ? st : rp_gguf_w_set_u32(w, KEY("full_attention_interval"), (uint32_t)interval);
     if (nextn) st = st ? st : rp_gguf_w_set_u32(w, KEY("nextn_predict_layers"), (uint32_t)nextn);
 #undef KEY
-    st = st ? st : rp_synth_weight(s, E, p->n_vocab, "token_embd.weight");
-    st = st ? st : rp_synth_norm(s, E, "output_norm.weight");
-    if (!p->tied) st = st ? st : rp_synth_weight(s, E, p->n_vocab, "output.weight");
+    rp_dims d;
+    rp_dims_init(&d, E, p->n_vocab, p->n_ff, p->n_head, nkv, hd, hd);
+    set_rec_dims(&d, conv_dim, d_inner, hv, dconv, ds);
+    st = st ? st
+            : rp_synth_rows(s, &rp_io_tensors, false, -1, p->tied ? 0 : RP_IO_F_UNTIED, &d, NULL);
     rp_rng rng;
     rp_rng_seed(&rng, p->seed ^ 0x51e35u);
     for (int l = 0; l < n_total && !st; l++) {
         const bool rec = l < p->n_layer && (l + 1) % interval != 0;
-        st = rp_synth_norm(s, E, "blk.%d.attn_norm.weight", l);
-        st = st ? st : rp_synth_norm(s, E, "blk.%d.post_attention_norm.weight", l);
-        if (rec) {
-            float *conv =
-                rp_malloc((size_t)conv_dim * (size_t)dconv * sizeof(float), "synth values");
-            if (!conv) return RP_ERR_NOMEM;
-            for (size_t i = 0; i < (size_t)conv_dim * (size_t)dconv; i++)
-                conv[i] = rp_rng_normal(&rng) / sqrtf((float)dconv);
-            st = st ? st : rp_synth_weight(s, E, conv_dim, "blk.%d.attn_qkv.weight", l);
-            st = st ? st : rp_synth_weight(s, E, d_inner, "blk.%d.attn_gate.weight", l);
-            st = st ? st : rp_synth_values(s, conv, dconv, conv_dim, "blk.%d.ssm_conv1d.weight", l);
-            free(conv);
-            st = st ? st : rp_synth_uniform(s, &rng, hv, -4.0f, -2.0f, "blk.%d.ssm_dt.bias", l);
-            st = st ? st : rp_synth_uniform(s, &rng, hv, -8.0f, -1.0f, "blk.%d.ssm_a", l);
-            st = st ? st : rp_synth_weight(s, E, hv, "blk.%d.ssm_beta.weight", l);
-            st = st ? st : rp_synth_weight(s, E, hv, "blk.%d.ssm_alpha.weight", l);
-            st = st ? st : rp_synth_norm(s, ds, "blk.%d.ssm_norm.weight", l);
-            st = st ? st : rp_synth_weight(s, d_inner, E, "blk.%d.ssm_out.weight", l);
-        } else {
-            st = st ? st
-                    : rp_synth_weight(s, E, 2 * (int64_t)p->n_head * hd, "blk.%d.attn_q.weight", l);
-            st = st ? st : rp_synth_weight(s, E, (int64_t)nkv * hd, "blk.%d.attn_k.weight", l);
-            st = st ? st : rp_synth_weight(s, E, (int64_t)nkv * hd, "blk.%d.attn_v.weight", l);
-            st =
-                st ? st
-                   : rp_synth_weight(s, (int64_t)p->n_head * hd, E, "blk.%d.attn_output.weight", l);
-            st = st ? st : rp_synth_norm(s, hd, "blk.%d.attn_q_norm.weight", l);
-            st = st ? st : rp_synth_norm(s, hd, "blk.%d.attn_k_norm.weight", l);
-        }
-        st = st ? st : rp_synth_weight(s, E, p->n_ff, "blk.%d.ffn_gate.weight", l);
-        st = st ? st : rp_synth_weight(s, E, p->n_ff, "blk.%d.ffn_up.weight", l);
-        st = st ? st : rp_synth_weight(s, p->n_ff, E, "blk.%d.ffn_down.weight", l);
-        if (l >= p->n_layer) {
-            st = st ? st : rp_synth_weight(s, 2 * (int64_t)E, E, "blk.%d.nextn.eh_proj.weight", l);
-            st = st ? st : rp_synth_norm(s, E, "blk.%d.nextn.enorm.weight", l);
-            st = st ? st : rp_synth_norm(s, E, "blk.%d.nextn.hnorm.weight", l);
-            st = st ? st : rp_synth_norm(s, E, "blk.%d.nextn.shared_head_norm.weight", l);
-        }
+        st = rp_synth_rows(s, &g_tensors, true, l, layer_features(rec, l >= p->n_layer), &d, &rng);
     }
     return st;
 }
 
 const rp_arch rp_arch_qwen35 = {
     .name = "qwen35",
+    .tensors = &g_tensors,
     .load = load_qwen35,
     .unload = unload_qwen35,
     .ctx_init = ctx_init_qwen35,
@@ -898,4 +935,5 @@ const rp_arch rp_arch_qwen35 = {
     .forward = forward_qwen35,
     .merge_meta = merge_meta_qwen35,
     .synth = synth_qwen35,
+    .draft = &g_draft,
 };

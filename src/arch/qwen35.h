@@ -1,5 +1,7 @@
 /* Qwen3.5 (qwen35): the NextN / multi-token-prediction head as a callable
- * block, for speculative drafting from the target's own weights.
+ * block, for speculative drafting from the target's own weights. It is
+ * qwen35's draft head (rp_arch.draft, core/draft.h), which is how speculative
+ * decoding reaches it; these functions are its direct interface (tests).
  *
  * The head is the model's layer n_trunk (one full-attention Qwen3.5 block with
  * nextn.eh_proj / enorm / hnorm in front and the shared head behind). It never
@@ -24,19 +26,12 @@
 #define RP_ARCH_QWEN35_H
 
 #include "core/context.h"
+#include "core/draft.h"
 
 typedef struct rp_qwen35_mtp rp_qwen35_mtp;
 
-typedef struct rp_qwen35_mtp_batch {
-    int n;                /* rows */
-    const int32_t *token; /* [n] */
-    const float *hidden;  /* [n][n_embd] */
-    bool hidden_raw;      /* true: trunk rows from rp_get_hidden; false: h_nextn rows */
-    const int32_t *pos;   /* [n] must continue each sequence: pos == rp_qwen35_mtp_seq_len */
-    const int32_t *seq;   /* [n] sequence ids, NULL = all 0 */
-    float *logits;        /* [n][n_vocab] output, or NULL */
-    float *hidden_out;    /* [n][n_embd] the head's h_nextn, or NULL */
-} rp_qwen35_mtp_batch;
+/* A batch of head rows (the contract of rp_draft_batch, core/draft.h). */
+typedef rp_draft_batch rp_qwen35_mtp_batch;
 
 /* True when the model is a qwen35 file with a NextN head. */
 bool rp_qwen35_has_mtp(const rp_model *m);

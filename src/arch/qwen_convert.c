@@ -3,86 +3,35 @@
  * every tensor is a plain copy. Qwen2 has Q/K/V biases (mapped with their
  * weights); Qwen3 has per-head RMSNorms on Q and K and often a tied output. */
 #include "convert/convert.h"
+#include "arch/arch.h"
+#include "arch/dense.h"
 #include "base/util.h"
 
 #include <stdio.h>
 #include <string.h>
 
+#define REQ RP_RULE_REQUIRED
+/* Q/K/V biases (Qwen2) go with their weights' rules */
 #define QWEN_RULES                                                                                 \
-    {                                                                                              \
-        "model.embed_tokens", "token_embd", {RP_DIM_EMBD, RP_DIM_VOCAB},                           \
-        RP_RULE_REQUIRED,     NULL,         NULL},                                                 \
-        {"model.norm", "output_norm", {RP_DIM_EMBD, 0}, RP_RULE_REQUIRED, NULL, NULL},             \
-        {"lm_head", "output", {RP_DIM_EMBD, RP_DIM_VOCAB}, 0, NULL, NULL},                         \
-        {"model.layers.#.input_layernorm",                                                         \
-         "blk.#.attn_norm",                                                                        \
-         {RP_DIM_EMBD, 0},                                                                         \
-         RP_RULE_REQUIRED,                                                                         \
-         NULL,                                                                                     \
-         NULL},                                                                                    \
-        {"model.layers.#.self_attn.q_proj",                                                        \
-         "blk.#.attn_q",                                                                           \
-         {RP_DIM_EMBD, RP_DIM_Q},                                                                  \
-         RP_RULE_REQUIRED,                                                                         \
-         NULL,                                                                                     \
-         NULL},                                                                                    \
-        {"model.layers.#.self_attn.k_proj",                                                        \
-         "blk.#.attn_k",                                                                           \
-         {RP_DIM_EMBD, RP_DIM_KV},                                                                 \
-         RP_RULE_REQUIRED,                                                                         \
-         NULL,                                                                                     \
-         NULL},                                                                                    \
-        {"model.layers.#.self_attn.v_proj",                                                        \
-         "blk.#.attn_v",                                                                           \
-         {RP_DIM_EMBD, RP_DIM_KV},                                                                 \
-         RP_RULE_REQUIRED,                                                                         \
-         NULL,                                                                                     \
-         NULL},                                                                                    \
-        {"model.layers.#.self_attn.o_proj",                                                        \
-         "blk.#.attn_output",                                                                      \
-         {RP_DIM_Q, RP_DIM_EMBD},                                                                  \
-         RP_RULE_REQUIRED,                                                                         \
-         NULL,                                                                                     \
-         NULL},                                                                                    \
-        {"model.layers.#.post_attention_layernorm",                                                \
-         "blk.#.ffn_norm",                                                                         \
-         {RP_DIM_EMBD, 0},                                                                         \
-         RP_RULE_REQUIRED,                                                                         \
-         NULL,                                                                                     \
-         NULL},                                                                                    \
-        {"model.layers.#.mlp.gate_proj",                                                           \
-         "blk.#.ffn_gate",                                                                         \
-         {RP_DIM_EMBD, RP_DIM_FF},                                                                 \
-         RP_RULE_REQUIRED,                                                                         \
-         NULL,                                                                                     \
-         NULL},                                                                                    \
-        {"model.layers.#.mlp.up_proj",                                                             \
-         "blk.#.ffn_up",                                                                           \
-         {RP_DIM_EMBD, RP_DIM_FF},                                                                 \
-         RP_RULE_REQUIRED,                                                                         \
-         NULL,                                                                                     \
-         NULL},                                                                                    \
-    {                                                                                              \
-        "model.layers.#.mlp.down_proj", "blk.#.ffn_down", {RP_DIM_FF, RP_DIM_EMBD},                \
-            RP_RULE_REQUIRED, NULL, NULL                                                           \
-    }
+    RP_IO_RULE("model.embed_tokens", TOKEN_EMBD, REQ), RP_IO_RULE("model.norm", OUTPUT_NORM, REQ), \
+        RP_IO_RULE("lm_head", OUTPUT, 0),                                                          \
+        RP_DENSE_RULE("model.layers.#.input_layernorm", ATTN_NORM, REQ, NULL, NULL),               \
+        RP_DENSE_RULE("model.layers.#.self_attn.q_proj", ATTN_Q, REQ, NULL, NULL),                 \
+        RP_DENSE_RULE("model.layers.#.self_attn.k_proj", ATTN_K, REQ, NULL, NULL),                 \
+        RP_DENSE_RULE("model.layers.#.self_attn.v_proj", ATTN_V, REQ, NULL, NULL),                 \
+        RP_DENSE_RULE("model.layers.#.self_attn.o_proj", ATTN_OUT, REQ, NULL, NULL),               \
+        RP_DENSE_RULE("model.layers.#.post_attention_layernorm", FFN_NORM, REQ, NULL, NULL),       \
+        RP_DENSE_RULE("model.layers.#.mlp.gate_proj", FFN_GATE, REQ, NULL, NULL),                  \
+        RP_DENSE_RULE("model.layers.#.mlp.up_proj", FFN_UP, REQ, NULL, NULL),                      \
+        RP_DENSE_RULE("model.layers.#.mlp.down_proj", FFN_DOWN, REQ, NULL, NULL)
 
 static const rp_conv_rule g_qwen2[] = {QWEN_RULES};
 static const rp_conv_rule g_qwen3[] = {
     QWEN_RULES,
-    {"model.layers.#.self_attn.q_norm",
-     "blk.#.attn_q_norm",
-     {RP_DIM_HEAD, 0},
-     RP_RULE_REQUIRED,
-     NULL,
-     NULL},
-    {"model.layers.#.self_attn.k_norm",
-     "blk.#.attn_k_norm",
-     {RP_DIM_HEAD, 0},
-     RP_RULE_REQUIRED,
-     NULL,
-     NULL},
+    RP_DENSE_RULE("model.layers.#.self_attn.q_norm", ATTN_Q_NORM, REQ, NULL, NULL),
+    RP_DENSE_RULE("model.layers.#.self_attn.k_norm", ATTN_K_NORM, REQ, NULL, NULL),
 };
+#undef REQ
 
 static rp_status qwen_params(rp_conv *cv) {
     rp_status s = rp_conv_decoder_params(cv, false);
@@ -100,7 +49,7 @@ static rp_status qwen_params(rp_conv *cv) {
         return rp_fail(RP_ERR_UNSUPPORTED,
                        "%s/config.json: use_sliding_window is true; llama.cpp's %s has no "
                        "sliding-window layers",
-                       cv->dir, cv->arch->arch);
+                       cv->dir, cv->arch->name);
     return RP_OK;
 }
 
@@ -141,17 +90,13 @@ static rp_status qwen3_shapes(rp_conv *cv, rp_st *st) {
     return s ? s : lm_head_shape(cv, st);
 }
 
-const rp_conv_arch rp_conv_qwen2 = {
-    .hf_arch = "Qwen2ForCausalLM",
-    .arch = "qwen2",
+const rp_conv_hooks rp_conv_qwen2 = {
     .params = qwen_params,
     .tensors = qwen2_tensors,
     .shapes = qwen2_shapes,
 };
 
-const rp_conv_arch rp_conv_qwen3 = {
-    .hf_arch = "Qwen3ForCausalLM",
-    .arch = "qwen3",
+const rp_conv_hooks rp_conv_qwen3 = {
     .params = qwen_params,
     .tensors = qwen3_tensors,
     .shapes = qwen3_shapes,

@@ -59,7 +59,10 @@
  *         attention adapters (rank ra > 0): attn_{q,k,v}_adapter_a.weight
  *         [2H, ra] and attn_{q,k,v}_adapter_b.weight [ra, width of q/k/v].
  *   Adapter tensors without their rank key are refused, never guessed. */
+#include "arch/zamba2.h"
 #include "arch/arch.h"
+#include "convert/synth.h"
+#include "core/context.h"
 #include "kernels/ops_ssm.h"
 #include "kernels/types.h"
 #include "base/util.h"
@@ -101,6 +104,96 @@ typedef struct z2_layer { /* rp_layer.ext of every layer */
     const rp_tensor *gu_a, *gu_b;         /* [H, r], [r, 2 n_ff] */
     const rp_tensor *ad_a[3], *ad_b[3];   /* q, k, v: [2H, ra], [ra, width] */
 } z2_layer;
+
+/* ---- the tensor table ----------------------------------------------------- */
+
+#define EXT(f) RP_TAT_EXT(z2_layer, f)
+#define AT     RP_TAT_LAYER
+#define HYB    RP_Z2_F_HYBRID
+#define SHARED (RP_Z2_F_HYBRID | RP_Z2_F_STORES)
+const rp_tensor_def rp_zamba2_rows[RP_Z2_N_ROWS] = {
+    [RP_Z2_NORM] = {RP_TROW("attn_norm.weight", EMBD, NONE, NORM), EXT(norm)},
+    [RP_Z2_SSM_IN] = {RP_TROW("ssm_in.weight", EMBD, Z2_IN_PROJ, OTHER), EXT(in)},
+    [RP_Z2_SSM_IN_B] = {RP_TROW("ssm_in.bias", Z2_IN_PROJ, NONE, OTHER), .opt = true, EXT(in_b)},
+    /* read as F32 taps (converted at load) */
+    [RP_Z2_CONV] = {RP_TROW("ssm_conv1d.weight", Z2_CONV, Z2_CONV_DIM, OTHER), EXT(conv)},
+    [RP_Z2_CONV_B] = {RP_TROW("ssm_conv1d.bias", Z2_CONV_DIM, NONE, OTHER), .opt = true,
+                      .make = RP_Z2_F_MAMBA, EXT(conv_b)},
+    [RP_Z2_DT_B] = {RP_TROW("ssm_dt.bias", Z2_HEADS, NONE, OTHER), .gen = RP_GEN_UNIFORM,
+                    .lo = -4.0f, .hi = -1.0f, EXT(dt_b)},
+    /* -exp(A_log), checked negative at load */
+    [RP_Z2_A] = {RP_TROW("ssm_a", Z2_HEADS, NONE, OTHER), .gen = RP_GEN_UNIFORM, .lo = -8.0f,
+                 .hi = -0.5f, EXT(a)},
+    [RP_Z2_D] = {RP_TROW("ssm_d", Z2_HEADS, NONE, OTHER), .gen = RP_GEN_UNIFORM, .lo = 0.5f,
+                 .hi = 1.5f, EXT(d)},
+    [RP_Z2_SSM_NORM] = {RP_TROW("ssm_norm.weight", Z2_INNER, NONE, NORM), EXT(ssm_norm)},
+    [RP_Z2_SSM_OUT] = {RP_TROW("ssm_out.weight", Z2_INNER, EMBD, OTHER), EXT(out)},
+    [RP_Z2_SSM_OUT_B] = {RP_TROW("ssm_out.bias", EMBD, NONE, OTHER), .opt = true, EXT(out_b)},
+    /* the shared block: attention over concat(h, e) of width 2H, then the MLP */
+    [RP_Z2_SHARED_NORM] = {RP_TROW("shared_attn_norm.weight", EMBD2, NONE, NORM), .when = SHARED,
+                           AT(attn_norm)},
+    [RP_Z2_ATTN_Q] = {RP_TROW("attn_q.weight", EMBD2, Q, ATTN_Q), .when = SHARED, AT(wq)},
+    [RP_Z2_ATTN_K] = {RP_TROW("attn_k.weight", EMBD2, KV, ATTN_K), .when = SHARED, AT(wk)},
+    [RP_Z2_ATTN_V] = {RP_TROW("attn_v.weight", EMBD2, KV, ATTN_V), .when = SHARED, AT(wv)},
+    [RP_Z2_ATTN_OUT] = {RP_TROW("attn_output.weight", Q, EMBD, ATTN_OUTPUT), .when = SHARED,
+                        AT(wo)},
+    [RP_Z2_FFN_NORM] = {RP_TROW("ffn_norm.weight", EMBD, NONE, NORM), .when = SHARED, AT(ffn_norm)},
+    [RP_Z2_FFN_DOWN] = {RP_TROW("ffn_down.weight", FF, EMBD, FFN_DOWN), .when = SHARED,
+                        AT(ffn_down)},
+    [RP_Z2_FFN_UP_B] = {RP_TROW("ffn_up.bias", FF2, NONE, OTHER), .opt = true, .when = SHARED,
+                        EXT(gu_bias)},
+    [RP_Z2_FFN_DOWN_B] = {RP_TROW("ffn_down.bias", EMBD, NONE, OTHER), .opt = true, .when = SHARED,
+                          EXT(down_bias)},
+    /* gate rows, then up rows */
+    [RP_Z2_FFN_UP] = {RP_TROW("ffn_up.weight", EMBD, FF2, FFN_UP), .when = HYB | RP_Z2_F_OWN_GU,
+                      AT(ffn_gate_up)},
+    [RP_Z2_PROJ] = {RP_TROW("hybrid_proj.weight", EMBD, EMBD, OTHER), .when = HYB, EXT(proj)},
+    /* (llama.cpp's name rules count the MLP adapter pair as ffn_gate) */
+    [RP_Z2_GU_A] = {RP_TROW("ffn_gate_up_adapter_a.weight", EMBD, Z2_RANK, FFN_GATE),
+                    .when = HYB | RP_Z2_F_ADAPTERS, EXT(gu_a)},
+    [RP_Z2_GU_B] = {RP_TROW("ffn_gate_up_adapter_b.weight", Z2_RANK, FF2, FFN_GATE),
+                    .when = HYB | RP_Z2_F_ADAPTERS, EXT(gu_b)},
+    [RP_Z2_ATTN_Q_A] = {RP_TROW("attn_q_adapter_a.weight", EMBD2, Z2_ARANK, OTHER),
+                        .when = HYB | RP_Z2_F_ATTN_ADAPTERS, EXT(ad_a[Z2_Q])},
+    [RP_Z2_ATTN_Q_B] = {RP_TROW("attn_q_adapter_b.weight", Z2_ARANK, Q, OTHER),
+                        .when = HYB | RP_Z2_F_ATTN_ADAPTERS, EXT(ad_b[Z2_Q])},
+    [RP_Z2_ATTN_K_A] = {RP_TROW("attn_k_adapter_a.weight", EMBD2, Z2_ARANK, OTHER),
+                        .when = HYB | RP_Z2_F_ATTN_ADAPTERS, EXT(ad_a[Z2_K])},
+    [RP_Z2_ATTN_K_B] = {RP_TROW("attn_k_adapter_b.weight", Z2_ARANK, KV, OTHER),
+                        .when = HYB | RP_Z2_F_ATTN_ADAPTERS, EXT(ad_b[Z2_K])},
+    [RP_Z2_ATTN_V_A] = {RP_TROW("attn_v_adapter_a.weight", EMBD2, Z2_ARANK, OTHER),
+                        .when = HYB | RP_Z2_F_ATTN_ADAPTERS, EXT(ad_a[Z2_V])},
+    [RP_Z2_ATTN_V_B] = {RP_TROW("attn_v_adapter_b.weight", Z2_ARANK, KV, OTHER),
+                        .when = HYB | RP_Z2_F_ATTN_ADAPTERS, EXT(ad_b[Z2_V])},
+};
+#undef EXT
+#undef AT
+#undef HYB
+#undef SHARED
+
+const rp_tensor_table rp_zamba2_tensors = {
+    .what = "zamba2",
+    .rows = rp_zamba2_rows,
+    .n_rows = RP_Z2_N_ROWS,
+    .base = &rp_io_tensors,
+};
+
+static void set_dims(rp_dims *d, int in_proj, int conv_dim, int d_conv, int heads, int d_inner,
+                     int rank, int arank) {
+    d->v[RP_DIM_Z2_IN_PROJ] = in_proj;
+    d->v[RP_DIM_Z2_CONV_DIM] = conv_dim;
+    d->v[RP_DIM_Z2_CONV] = d_conv;
+    d->v[RP_DIM_Z2_HEADS] = heads;
+    d->v[RP_DIM_Z2_INNER] = d_inner;
+    d->v[RP_DIM_Z2_RANK] = rank;
+    d->v[RP_DIM_Z2_ARANK] = arank;
+}
+
+static void layer_dims(rp_dims *d, const rp_model *m, int l, const z2_hp *z) {
+    rp_dims_of_layer(d, m, l);
+    set_dims(d, z->d_in_proj, z->conv_dim, z->d_conv, z->n_ssm_head, z->d_inner, z->gu_rank,
+             z->attn_rank);
+}
 
 /* ---- loading ------------------------------------------------------------- */
 
@@ -195,13 +288,12 @@ static rp_status load_blocks(rp_model *m, z2_hp *z, int *block) {
     return RP_OK;
 }
 
-/* A shared-block slot of hybrid layer l: its own tensor when the file has
- * one, else the tensor stored at the block's first hybrid layer (`first`,
- * NULL at that layer itself), aliased rather than copied. */
-static rp_status bind_shared(rp_model *m, z2_hp *z, const rp_tensor **dst, const rp_tensor *first,
-                             bool is_first, bool required, int64_t ne0, int64_t ne1, int l,
-                             const char *name) {
-    rp_status s = rp_bind(m, dst, is_first && required, ne0, ne1, "blk.%d.%s", l, name);
+/* A shared-block row of hybrid layer l: its own tensor when the file has one,
+ * else the tensor stored at the block's first hybrid layer (`first`, NULL at
+ * that layer itself), aliased rather than copied. */
+static rp_status bind_shared(rp_model *m, z2_hp *z, const rp_tensor_def *r, const rp_tensor **dst,
+                             const rp_tensor *first, bool is_first, int l, const rp_dims *d) {
+    rp_status s = rp_bind_row(m, dst, r, l, d, is_first && !r->opt);
     if (s) return s;
     if (!*dst && !is_first && first) {
         *dst = first;
@@ -210,16 +302,16 @@ static rp_status bind_shared(rp_model *m, z2_hp *z, const rp_tensor **dst, const
     return RP_OK;
 }
 
-/* The adapter pair blk.l.<name>_a / _b: [n_in, rank] and [rank, n_out]. With
- * rank 0 the pair must be absent (a pair without its rank is refused). */
-static rp_status bind_pair(rp_model *m, const rp_tensor **a, const rp_tensor **b, int rank,
-                           int64_t n_in, int64_t n_out, int l, const char *name,
+/* The adapter pair of rows a_row / b_row: [n_in, rank] and [rank, n_out].
+ * With rank 0 the pair must be absent (a pair without its rank is refused). */
+static rp_status bind_pair(rp_model *m, z2_layer *Z, int a_row, int rank, int l, const rp_dims *d,
                            const char *rank_key) {
-    rp_status s;
+    const rp_tensor_def *ra = &rp_zamba2_rows[a_row], *rb = &rp_zamba2_rows[a_row + 1];
+    const rp_tensor **a = rp_tensor_slot(m, ra, l, Z), **b = rp_tensor_slot(m, rb, l, Z);
     if (!rank) {
         for (int i = 0; i < 2; i++) {
             char nm[256];
-            snprintf(nm, sizeof nm, "blk.%d.%s_%c.weight", l, name, "ab"[i]);
+            rp_tensor_name(i ? rb : ra, l, nm, sizeof nm);
             if (rp_gguf_find_tensor(m->gguf, nm))
                 return rp_fail(RP_ERR_FORMAT,
                                "%s: tensor '%s' is an adapter but the file has no zamba2.%s "
@@ -230,91 +322,77 @@ static rp_status bind_pair(rp_model *m, const rp_tensor **a, const rp_tensor **b
         *a = *b = NULL;
         return RP_OK;
     }
-    if ((s = rp_bind(m, a, true, n_in, rank, "blk.%d.%s_a.weight", l, name))) return s;
-    return rp_bind(m, b, true, rank, n_out, "blk.%d.%s_b.weight", l, name);
+    rp_status s = rp_bind_row(m, a, ra, l, d, true);
+    return s ? s : rp_bind_row(m, b, rb, l, d, true);
 }
 
 static rp_status bind_mamba(rp_model *m, const z2_hp *z, z2_layer *Z, int l) {
-    const int64_t E = m->hp.n_embd, nh = z->n_ssm_head;
-    rp_status s;
-#define BIND(dst, req, a, b, name)                                                                 \
-    if ((s = rp_bind(m, &Z->dst, req, a, b, "blk.%d." name, l))) return s
-    BIND(norm, true, E, 0, "attn_norm.weight");
-    BIND(in, true, E, z->d_in_proj, "ssm_in.weight");
-    BIND(in_b, false, z->d_in_proj, 0, "ssm_in.bias");
-    BIND(conv, true, z->d_conv, z->conv_dim, "ssm_conv1d.weight");
-    BIND(conv_b, false, z->conv_dim, 0, "ssm_conv1d.bias");
-    BIND(dt_b, true, nh, 0, "ssm_dt.bias");
-    BIND(a, true, nh, 0, "ssm_a");
-    BIND(d, true, nh, 0, "ssm_d");
-    BIND(ssm_norm, true, z->d_inner, 0, "ssm_norm.weight");
-    BIND(out, true, z->d_inner, E, "ssm_out.weight");
-    BIND(out_b, false, E, 0, "ssm_out.bias");
-#undef BIND
+    rp_dims d;
+    layer_dims(&d, m, l, z);
+    rp_status s = rp_bind_layer_rows(m, &rp_zamba2_tensors, l, RP_Z2_F_MAMBA, &d, Z);
+    if (s) return s;
     if ((s = to_f32(m, Z->conv))) return s;
     const float *a = Z->a->data;
-    for (int h = 0; h < nh; h++)
+    for (int h = 0; h < z->n_ssm_head; h++)
         if (!(a[h] < 0.0f) || !isfinite(a[h]))
             return rp_fail(RP_ERR_FORMAT,
-                           "%s: tensor 'blk.%d.ssm_a'[%d] = %g; it must be negative (-exp(A_log))",
-                           m->path, l, h, (double)a[h]);
+                           "%s: tensor '%s'[%d] = %g; it must be negative (-exp(A_log))", m->path,
+                           Z->a->name, h, (double)a[h]);
     return RP_OK;
 }
 
-static rp_status bind_hybrid(rp_model *m, z2_hp *z, int l) {
+/* The merged form's gate|up matrix: the layer's own, required. */
+static rp_status bind_own_gate_up(rp_model *m, int l, const rp_dims *d) {
+    const rp_tensor_def *r = &rp_zamba2_rows[RP_Z2_FFN_UP];
     rp_layer *L = &m->layers[l];
-    z2_layer *Z = L->ext;
-    const rp_layer_info *li = &m->info[l];
-    const int b = Z->block, f = z->first[b];
+    rp_status s = rp_bind_row(m, &L->ffn_gate_up, r, l, d, false);
+    if (s || L->ffn_gate_up) return s;
+    char nm[256];
+    return rp_fail(RP_ERR_FORMAT,
+                   "%s: hybrid layer %d has no '%s': without "
+                   "zamba2.ffn_gate_up_adapter_rank "
+                   "the file is in the merged form, which stores a full ffn_up (adapter baked "
+                   "in) at every "
+                   "hybrid layer",
+                   m->path, l, rp_tensor_name(r, l, nm, sizeof nm));
+}
+
+/* The shared block's tensors at hybrid layer l (the gate|up matrix among
+ * them in the adapter form): stored there or aliased to its first visit f. */
+static rp_status bind_block(rp_model *m, z2_hp *z, int l, int f, const rp_dims *d) {
+    void *Z = m->layers[l].ext, *ZF = m->layers[f].ext;
     const bool is_first = f == l;
-    const rp_layer *F = &m->layers[f];
-    const z2_layer *ZF = F->ext;
-    const int64_t E = m->hp.n_embd, E2 = 2 * E, ff = li->n_ff;
-    const int64_t nq = (int64_t)li->n_head * li->head_dim_k,
-                  nkv = (int64_t)li->n_head_kv * li->head_dim_k;
-    rp_status s;
-#define SHARED(dst, from, req, a, bb, name)                                                        \
-    if ((s = bind_shared(m, z, &dst, from, is_first, req, a, bb, l, name))) goto shared_fail
-    SHARED(L->attn_norm, F->attn_norm, true, E2, 0, "shared_attn_norm.weight");
-    SHARED(L->wq, F->wq, true, E2, nq, "attn_q.weight");
-    SHARED(L->wk, F->wk, true, E2, nkv, "attn_k.weight");
-    SHARED(L->wv, F->wv, true, E2, nkv, "attn_v.weight");
-    SHARED(L->wo, F->wo, true, nq, E, "attn_output.weight");
-    SHARED(L->ffn_norm, F->ffn_norm, true, E, 0, "ffn_norm.weight");
-    SHARED(L->ffn_down, F->ffn_down, true, ff, E, "ffn_down.weight");
-    SHARED(Z->gu_bias, ZF->gu_bias, false, 2 * ff, 0, "ffn_up.bias");
-    SHARED(Z->down_bias, ZF->down_bias, false, E, 0, "ffn_down.bias");
-#undef SHARED
-    if (z->gu_rank) {
-        if ((s = bind_shared(m, z, &L->ffn_gate_up, F->ffn_gate_up, is_first, true, E, 2 * ff, l,
-                             "ffn_up.weight")))
-            goto shared_fail;
-    } else if ((s = rp_bind(m, &L->ffn_gate_up, false, E, 2 * ff, "blk.%d.ffn_up.weight", l))) {
-        return s;
-    } else if (!L->ffn_gate_up) {
-        return rp_fail(RP_ERR_FORMAT,
-                       "%s: hybrid layer %d has no 'blk.%d.ffn_up.weight': without "
-                       "zamba2.ffn_gate_up_adapter_rank "
-                       "the file is in the merged form, which stores a full ffn_up (adapter baked "
-                       "in) at every "
-                       "hybrid layer",
-                       m->path, l, l);
+    rp_status s = RP_OK;
+    for (int i = RP_Z2_SHARED_FIRST; i <= RP_Z2_SHARED_LAST && !s; i++) {
+        const rp_tensor_def *r = &rp_zamba2_rows[i];
+        s = bind_shared(m, z, r, rp_tensor_slot(m, r, l, Z), *rp_tensor_slot(m, r, f, ZF), is_first,
+                        l, d);
     }
-    if ((s = rp_bind(m, &Z->proj, true, E, E, "blk.%d.hybrid_proj.weight", l))) return s;
-    if ((s = bind_pair(m, &Z->gu_a, &Z->gu_b, z->gu_rank, E, 2 * ff, l, "ffn_gate_up_adapter",
-                       "ffn_gate_up_adapter_rank")))
-        return s;
-    static const char *const names[3] = {"attn_q_adapter", "attn_k_adapter", "attn_v_adapter"};
-    const int64_t widths[3] = {nq, nkv, nkv};
+    if (!s && z->gu_rank) {
+        const rp_tensor_def *r = &rp_zamba2_rows[RP_Z2_FFN_UP];
+        s = bind_shared(m, z, r, rp_tensor_slot(m, r, l, Z), *rp_tensor_slot(m, r, f, ZF), is_first,
+                        l, d);
+    }
+    return s;
+}
+
+static rp_status bind_hybrid(rp_model *m, z2_hp *z, int l) {
+    z2_layer *Z = m->layers[l].ext;
+    const int b = Z->block, f = z->first[b];
+    rp_dims d;
+    layer_dims(&d, m, l, z);
+    rp_status s = bind_block(m, z, l, f, &d);
+    if (s)
+        return rp_fail_prefix(
+            s, "zamba2: shared block %d (stored at its first hybrid layer %d, visited by layer %d)",
+            b, f, l);
+    if (!z->gu_rank && (s = bind_own_gate_up(m, l, &d))) return s;
+    if ((s = rp_bind_row(m, &Z->proj, &rp_zamba2_rows[RP_Z2_PROJ], l, &d, true))) return s;
+    if ((s = bind_pair(m, Z, RP_Z2_GU_A, z->gu_rank, l, &d, "ffn_gate_up_adapter_rank"))) return s;
     for (int i = 0; i < 3; i++)
-        if ((s = bind_pair(m, &Z->ad_a[i], &Z->ad_b[i], z->attn_rank, E2, widths[i], l, names[i],
-                           "attn_adapter_rank")))
+        if ((s = bind_pair(m, Z, RP_Z2_ATTN_Q_A + 2 * i, z->attn_rank, l, &d, "attn_adapter_rank")))
             return s;
     return RP_OK;
-shared_fail:
-    return rp_fail_prefix(
-        s, "zamba2: shared block %d (stored at its first hybrid layer %d, visited by layer %d)", b,
-        f, l);
 }
 
 static rp_status load_zamba2(rp_model *m) {
@@ -656,13 +734,6 @@ static rp_status z2_forward(rp_context *c, const rp_ubatch *ub) {
 
 /* ---- plans written as files (reprise merge) ------------------------------ */
 
-/* Shared-block tensors a block's first hybrid layer stores. */
-static const char *const g_shared_names[] = {
-    "shared_attn_norm.weight", "attn_q.weight",   "attn_k.weight", "attn_v.weight",
-    "attn_output.weight",      "ffn_norm.weight", "ffn_up.weight", "ffn_up.bias",
-    "ffn_down.weight",         "ffn_down.bias",
-};
-
 /* The merged file re-indexes zamba2.shared_block by itself (a per-layer
  * array) and copies each step's own tensors, so each visit keeps its block and
  * adapter. What can go wrong is where a block's tensors are: the loader looks
@@ -676,10 +747,10 @@ static rp_status merge_meta_zamba2(const rp_model *m, const rp_plan *p, rp_gguf_
         while (e < p->n_eff && ((const z2_layer *)m->layers[p->src[e]].ext)->block != b) e++;
         if (e == p->n_eff) continue; /* the plan never visits block b: nothing of it is needed */
         const int src = p->src[e], f = z->first[b];
-        for (size_t i = 0; i < RP_ARRAY_LEN(g_shared_names); i++) {
+        for (int i = RP_Z2_SHARED_FIRST; i <= RP_Z2_FFN_UP; i++) { /* what a block stores */
             char a[128], o[128];
-            snprintf(a, sizeof a, "blk.%d.%s", f, g_shared_names[i]);
-            snprintf(o, sizeof o, "blk.%d.%s", src, g_shared_names[i]);
+            rp_tensor_name(&rp_zamba2_rows[i], f, a, sizeof a);
+            rp_tensor_name(&rp_zamba2_rows[i], src, o, sizeof o);
             if (rp_gguf_find_tensor(m->gguf, a) && !rp_gguf_find_tensor(m->gguf, o))
                 return rp_fail(RP_ERR_UNSUPPORTED,
                                "zamba2: in this plan the first visit of shared block %d is step %d "
@@ -748,62 +819,37 @@ static rp_status synth_zamba2(rp_synth *s, const rp_synth_params *p) {
     st = st ? st
             : rp_gguf_w_set_arr(w, KEY("shared_block"), RP_GGUF_INT32, block, (uint64_t)p->n_layer);
 #undef KEY
-    st = st ? st : rp_synth_weight(s, E, p->n_vocab, "token_embd.weight");
-    st = st ? st : rp_synth_norm(s, E, "output_norm.weight");
-    if (!p->tied) st = st ? st : rp_synth_weight(s, E, p->n_vocab, "output.weight");
+    rp_dims d;
+    rp_dims_init(&d, E, p->n_vocab, ff, nh, nkv, hd, hd);
+    set_dims(&d, proj, conv_dim, dconv, heads, d_inner, rank, arank);
+    st = st ? st
+            : rp_synth_rows(s, &rp_io_tensors, false, -1, p->tied ? 0 : RP_IO_F_UNTIED, &d, NULL);
     rp_rng rng;
     rp_rng_seed(&rng, p->seed ^ 0x2a3b2u);
     bool stored[64] = {false}; /* blocks whose tensors are written (nb <= 64) */
     if (nb > 64)
         st = st ? st : rp_fail(RP_ERR_INVALID_ARG, "synth zamba2: at most 64 shared blocks");
     for (int l = 0; l < p->n_layer && !st; l++) {
-        st = rp_synth_norm(s, E, "blk.%d.attn_norm.weight", l);
-        st = st ? st : rp_synth_weight(s, E, proj, "blk.%d.ssm_in.weight", l);
-        st = st ? st : rp_synth_weight(s, dconv, conv_dim, "blk.%d.ssm_conv1d.weight", l);
-        st = st ? st : rp_synth_bias(s, conv_dim, "blk.%d.ssm_conv1d.bias", l);
-        st = st ? st : rp_synth_uniform(s, &rng, heads, -4.0f, -1.0f, "blk.%d.ssm_dt.bias", l);
-        st = st ? st : rp_synth_uniform(s, &rng, heads, -8.0f, -0.5f, "blk.%d.ssm_a", l);
-        st = st ? st : rp_synth_uniform(s, &rng, heads, 0.5f, 1.5f, "blk.%d.ssm_d", l);
-        st = st ? st : rp_synth_norm(s, d_inner, "blk.%d.ssm_norm.weight", l);
-        st = st ? st : rp_synth_weight(s, d_inner, E, "blk.%d.ssm_out.weight", l);
         const int b = block[l];
-        if (b < 0 || st) continue;
-        st = rp_synth_weight(s, E, E, "blk.%d.hybrid_proj.weight", l);
-        if (!stored[b]) {
+        unsigned feat = RP_Z2_F_MAMBA;
+        if (b >= 0) {
+            feat |= RP_Z2_F_HYBRID | (stored[b] ? 0u : RP_Z2_F_STORES);
+            feat |= rank ? RP_Z2_F_ADAPTERS : 0u;
+            feat |= arank ? RP_Z2_F_ATTN_ADAPTERS : 0u;
+            if (!rank || !stored[b]) feat |= RP_Z2_F_OWN_GU;
             stored[b] = true;
-            st = st ? st : rp_synth_norm(s, 2 * E, "blk.%d.shared_attn_norm.weight", l);
-            st = st ? st : rp_synth_weight(s, 2 * E, (int64_t)nh * hd, "blk.%d.attn_q.weight", l);
-            st = st ? st : rp_synth_weight(s, 2 * E, (int64_t)nkv * hd, "blk.%d.attn_k.weight", l);
-            st = st ? st : rp_synth_weight(s, 2 * E, (int64_t)nkv * hd, "blk.%d.attn_v.weight", l);
-            st = st ? st : rp_synth_weight(s, (int64_t)nh * hd, E, "blk.%d.attn_output.weight", l);
-            st = st ? st : rp_synth_norm(s, E, "blk.%d.ffn_norm.weight", l);
-            st = st ? st : rp_synth_weight(s, ff, E, "blk.%d.ffn_down.weight", l);
-            if (rank)
-                st = st ? st : rp_synth_weight(s, E, 2 * (int64_t)ff, "blk.%d.ffn_up.weight", l);
         }
-        if (!rank) st = st ? st : rp_synth_weight(s, E, 2 * (int64_t)ff, "blk.%d.ffn_up.weight", l);
-        if (rank) {
-            st = st ? st : rp_synth_weight(s, E, rank, "blk.%d.ffn_gate_up_adapter_a.weight", l);
-            st = st ? st
-                    : rp_synth_weight(s, rank, 2 * (int64_t)ff,
-                                      "blk.%d.ffn_gate_up_adapter_b.weight", l);
-        }
-        static const char *const qkv[3] = {"q", "k", "v"};
-        for (int i = 0; arank && i < 3; i++) {
-            st =
-                st ? st
-                   : rp_synth_weight(s, 2 * E, arank, "blk.%d.attn_%s_adapter_a.weight", l, qkv[i]);
-            st = st ? st
-                    : rp_synth_weight(s, arank, (int64_t)(i ? nkv : nh) * hd,
-                                      "blk.%d.attn_%s_adapter_b.weight", l, qkv[i]);
-        }
+        st = rp_synth_rows(s, &rp_zamba2_tensors, true, l, feat, &d, &rng);
     }
     free(block);
     return st;
 }
 
+extern const rp_conv_hooks rp_conv_zamba2; /* zamba2_convert.c */
+
 const rp_arch rp_arch_zamba2 = {
     .name = "zamba2",
+    .tensors = &rp_zamba2_tensors,
     .load = load_zamba2,
     .unload = unload_zamba2,
     .ctx_init = z2_ctx_init,
@@ -812,4 +858,6 @@ const rp_arch rp_arch_zamba2 = {
     .step_ranges = true,
     .merge_meta = merge_meta_zamba2,
     .synth = synth_zamba2,
+    .hf_classes = (const char *const[]){"Zamba2ForCausalLM", NULL},
+    .convert = &rp_conv_zamba2,
 };

@@ -9,11 +9,13 @@
  * linear_{q,k,v}_adapter_list.v, at the block's first hybrid layer); they are
  * written as the visit's own pair blk.<layer>.*_adapter_a / _b.
  *
- * With params.zamba2_merged the older merged form is written instead: each
+ * With the architecture option "merged" (reprise convert --arch-opt merged,
+ * or --zamba2-merged) the older merged form is written instead: each
  * hybrid layer gets its own full ffn_up = W_gu + B.A (and, with attention
  * adapters, its own attn_q/k/v = W + B.A), computed in double and rounded
  * once; no adapter tensors and no rank keys. */
 #include "convert/convert.h"
+#include "arch/zamba2.h"
 #include "base/util.h"
 
 #include <inttypes.h>
@@ -161,7 +163,7 @@ static rp_status z2_params(rp_conv *cv) {
                        cv->dir, z->n_block, v);
     if ((s = rp_conv_set_arr(cv, "shared_block", RP_GGUF_INT32, z->block, (uint64_t)hp->n_layer)))
         return s;
-    if (!cv->p.zamba2_merged) {
+    if (!rp_conv_opt_flag(cv, "merged")) {
         if ((s = rp_conv_set_u32(cv, "ffn_gate_up_adapter_rank", (uint32_t)z->rank))) return s;
         if (z->attn_adapters && (s = rp_conv_set_u32(cv, "attn_adapter_rank", (uint32_t)z->rank)))
             return s;
@@ -272,17 +274,22 @@ static rp_status add_merged(rp_conv *cv, const z2_conv *z, const char *name, con
     return RP_OK;
 }
 
-/* The adapter pair of visit v as blk.l.<gguf>_a / _b ([in, r] and [r, out]). */
+/* GGUF name of zamba2 row `row` at layer l. */
+static const char *row_name(int row, int64_t l, char *buf, size_t n) {
+    return rp_tensor_name(&rp_zamba2_rows[row], (int)l, buf, n);
+}
+
+/* The adapter pair of visit v as rows a_row / a_row + 1 of layer l ([in, r]
+ * and [r, out]). */
 static rp_status add_pair(rp_conv *cv, const z2_conv *z, const rp_st_tensor *a,
-                          const rp_st_tensor *b, int64_t l, const char *gguf, int64_t in,
-                          int64_t out) {
+                          const rp_st_tensor *b, int64_t l, int a_row, int64_t in, int64_t out) {
     rp_status s = RP_OK;
     char name[160];
-    snprintf(name, sizeof name, "blk.%" PRId64 ".%s_a.weight", l, gguf);
-    rp_conv_out *oa = add_shaped(cv, &s, name, a, 2, z->rank, in, 0);
+    rp_conv_out *oa =
+        add_shaped(cv, &s, row_name(a_row, l, name, sizeof name), a, 2, z->rank, in, 0);
     if (!oa) return s;
-    snprintf(name, sizeof name, "blk.%" PRId64 ".%s_b.weight", l, gguf);
-    rp_conv_out *ob = add_shaped(cv, &s, name, b, 2, out, z->rank, 0);
+    rp_conv_out *ob =
+        add_shaped(cv, &s, row_name(a_row + 1, l, name, sizeof name), b, 2, out, z->rank, 0);
     if (!ob) return s;
     /* rank-r rows leave Q8_0's fast kernels; keep the pair 16-bit as the quantizer does */
     if (cv->outtype == RP_TYPE_Q8_0) oa->force_type = ob->force_type = RP_TYPE_F16;
@@ -302,28 +309,27 @@ static rp_status mamba_tensors(rp_conv *cv, const z2_conv *z, int64_t l) {
     rp_status s = RP_OK;
     const rp_st_tensor *t;
     rp_conv_out *o = NULL;
-#define OUT(gname, req, hf, nd, a, b, c)                                                           \
+#define OUT(row, req, hf, nd, a, b, c)                                                             \
     if ((t = src_of(cv, req, &s, "%s" hf, p))) {                                                   \
-        snprintf(g, sizeof g, "blk.%" PRId64 "." gname, l);                                        \
-        if (!(o = add_shaped(cv, &s, g, t, nd, a, b, c))) return s;                                \
+        if (!(o = add_shaped(cv, &s, row_name(row, l, g, sizeof g), t, nd, a, b, c))) return s;    \
     } else if (s)                                                                                  \
     return s
-    OUT("attn_norm.weight", true, "input_layernorm.weight", 1, E, 0, 0);
-    OUT("ssm_in.weight", true, "mamba.in_proj.weight", 2, proj, E, 0);
-    OUT("ssm_in.bias", false, "mamba.in_proj.bias", 1, proj, 0, 0);
-    OUT("ssm_conv1d.weight", true, "mamba.conv1d.weight", 3, conv_dim, 1, z->d_conv);
+    OUT(RP_Z2_NORM, true, "input_layernorm.weight", 1, E, 0, 0);
+    OUT(RP_Z2_SSM_IN, true, "mamba.in_proj.weight", 2, proj, E, 0);
+    OUT(RP_Z2_SSM_IN_B, false, "mamba.in_proj.bias", 1, proj, 0, 0);
+    OUT(RP_Z2_CONV, true, "mamba.conv1d.weight", 3, conv_dim, 1, z->d_conv);
     o->n_dims = 2; /* [conv_dim, 1, k] -> [k, conv_dim] */
     o->ne[1] = conv_dim;
     o->ne[2] = 1;
-    OUT("ssm_conv1d.bias", false, "mamba.conv1d.bias", 1, conv_dim, 0, 0);
-    OUT("ssm_dt.bias", true, "mamba.dt_bias", 1, nh, 0, 0);
-    OUT("ssm_a", true, "mamba.A_log", 1, nh, 0, 0);
+    OUT(RP_Z2_CONV_B, false, "mamba.conv1d.bias", 1, conv_dim, 0, 0);
+    OUT(RP_Z2_DT_B, true, "mamba.dt_bias", 1, nh, 0, 0);
+    OUT(RP_Z2_A, true, "mamba.A_log", 1, nh, 0, 0);
     o->make = make_neg_exp;
     o->note = "-exp(A_log)";
-    OUT("ssm_d", true, "mamba.D", 1, nh, 0, 0);
-    OUT("ssm_norm.weight", true, "mamba.norm.weight", 1, z->d_inner, 0, 0);
-    OUT("ssm_out.weight", true, "mamba.out_proj.weight", 2, E, z->d_inner, 0);
-    OUT("ssm_out.bias", false, "mamba.out_proj.bias", 1, E, 0, 0);
+    OUT(RP_Z2_D, true, "mamba.D", 1, nh, 0, 0);
+    OUT(RP_Z2_SSM_NORM, true, "mamba.norm.weight", 1, z->d_inner, 0, 0);
+    OUT(RP_Z2_SSM_OUT, true, "mamba.out_proj.weight", 2, E, z->d_inner, 0);
+    OUT(RP_Z2_SSM_OUT_B, false, "mamba.out_proj.bias", 1, E, 0, 0);
 #undef OUT
     return RP_OK;
 }
@@ -336,14 +342,13 @@ static rp_status hybrid_tensors(rp_conv *cv, const z2_conv *z, int64_t l) {
     const int64_t nq = hp->n_head * hp->head_dim, nkv = hp->n_head_kv * hp->head_dim;
     const int32_t v = z->visit[l], b = z->block[l];
     const int64_t f = z->first[b];
-    const bool merged = cv->p.zamba2_merged, is_first = f == l;
+    const bool merged = rp_conv_opt_flag(cv, "merged"), is_first = f == l;
     char st[96], g[160];
     snprintf(st, sizeof st, "model.layers.%" PRId64 ".shared_transformer.", f);
     rp_status s = RP_OK;
     const rp_st_tensor *t;
     if ((t = src_of(cv, true, &s, "model.layers.%" PRId64 ".linear.weight", l))) {
-        snprintf(g, sizeof g, "blk.%" PRId64 ".hybrid_proj.weight", l);
-        if (!add_shaped(cv, &s, g, t, 2, E, E, 0)) return s;
+        if (!add_shaped(cv, &s, row_name(RP_Z2_PROJ, l, g, sizeof g), t, 2, E, E, 0)) return s;
     } else {
         return s;
     }
@@ -361,18 +366,13 @@ static rp_status hybrid_tensors(rp_conv *cv, const z2_conv *z, int64_t l) {
                             qkv[i], v)
                    : NULL;
             if (!bb) return s;
-            if (!merged && (s = add_pair(cv, z, a, bb, l,
-                                         i == 0   ? "attn_q_adapter"
-                                         : i == 1 ? "attn_k_adapter"
-                                                  : "attn_v_adapter",
-                                         E2, width[i])))
+            if (!merged && (s = add_pair(cv, z, a, bb, l, RP_Z2_ATTN_Q_A + 2 * i, E2, width[i])))
                 return s;
         }
+        row_name(RP_Z2_ATTN_Q + i, l, g, sizeof g);
         if (merged && z->attn_adapters) {
-            snprintf(g, sizeof g, "blk.%" PRId64 ".attn_%s.weight", l, qkv[i]);
             if ((s = add_merged(cv, z, g, w, a, bb, width[i], E2))) return s;
         } else if (is_first) {
-            snprintf(g, sizeof g, "blk.%" PRId64 ".attn_%s.weight", l, qkv[i]);
             if (!add_shaped(cv, &s, g, w, 2, width[i], E2, 0)) return s;
         }
     }
@@ -385,27 +385,28 @@ static rp_status hybrid_tensors(rp_conv *cv, const z2_conv *z, int64_t l) {
         a ? src_of(cv, true, &s, "%sfeed_forward.gate_up_proj_adapter_list.%d.1.weight", st, v)
           : NULL;
     if (!bb) return s;
-    snprintf(g, sizeof g, "blk.%" PRId64 ".ffn_up.weight", l);
+    row_name(RP_Z2_FFN_UP, l, g, sizeof g);
     if (merged) {
         if ((s = add_merged(cv, z, g, w, a, bb, ff2, E))) return s;
     } else {
-        if ((s = add_pair(cv, z, a, bb, l, "ffn_gate_up_adapter", E, ff2))) return s;
+        if ((s = add_pair(cv, z, a, bb, l, RP_Z2_GU_A, E, ff2))) return s;
         if (is_first && !add_shaped(cv, &s, g, w, 2, ff2, E, 0)) return s;
     }
     if (!is_first) return RP_OK;
     /* the rest of the shared block, once */
     static const struct {
-        const char *hf, *gguf;
+        const char *hf;
+        int row;
         bool req;
         int nd;
         int d0, d1; /* 0 H, 1 2H, 2 q width, 3 n_ff, 4 2 n_ff */
     } rest[] = {
-        {"input_layernorm.weight", "shared_attn_norm.weight", true, 1, 1, 0},
-        {"self_attn.o_proj.weight", "attn_output.weight", true, 2, 0, 2},
-        {"pre_ff_layernorm.weight", "ffn_norm.weight", true, 1, 0, 0},
-        {"feed_forward.gate_up_proj.bias", "ffn_up.bias", false, 1, 4, 0},
-        {"feed_forward.down_proj.weight", "ffn_down.weight", true, 2, 0, 3},
-        {"feed_forward.down_proj.bias", "ffn_down.bias", false, 1, 0, 0},
+        {"input_layernorm.weight", RP_Z2_SHARED_NORM, true, 1, 1, 0},
+        {"self_attn.o_proj.weight", RP_Z2_ATTN_OUT, true, 2, 0, 2},
+        {"pre_ff_layernorm.weight", RP_Z2_FFN_NORM, true, 1, 0, 0},
+        {"feed_forward.gate_up_proj.bias", RP_Z2_FFN_UP_B, false, 1, 4, 0},
+        {"feed_forward.down_proj.weight", RP_Z2_FFN_DOWN, true, 2, 0, 3},
+        {"feed_forward.down_proj.bias", RP_Z2_FFN_DOWN_B, false, 1, 0, 0},
     };
     const int64_t dims[5] = {E, E2, nq, hp->n_ff, ff2};
     for (size_t i = 0; i < RP_ARRAY_LEN(rest); i++) {
@@ -413,7 +414,7 @@ static rp_status hybrid_tensors(rp_conv *cv, const z2_conv *z, int64_t l) {
             if (s) return s;
             continue;
         }
-        snprintf(g, sizeof g, "blk.%" PRId64 ".%s", l, rest[i].gguf);
+        row_name(rest[i].row, l, g, sizeof g);
         if (!add_shaped(cv, &s, g, t, (uint32_t)rest[i].nd, dims[rest[i].d0], dims[rest[i].d1], 0))
             return s;
     }
@@ -427,11 +428,12 @@ static rp_status z2_tensors(rp_conv *cv) {
     const rp_st_tensor *t;
     if (s) return s;
     if (!(t = src_of(cv, true, &s, "model.embed_tokens.weight"))) return s;
-    if (!add_shaped(cv, &s, "token_embd.weight", t, 2, hp->n_vocab, hp->n_embd, 0)) return s;
+    const rp_tensor_def *io = rp_io_rows;
+    if (!add_shaped(cv, &s, io[RP_IO_TOKEN_EMBD].name, t, 2, hp->n_vocab, hp->n_embd, 0)) return s;
     if (!(t = src_of(cv, true, &s, "model.final_layernorm.weight"))) return s;
-    if (!add_shaped(cv, &s, "output_norm.weight", t, 1, hp->n_embd, 0, 0)) return s;
+    if (!add_shaped(cv, &s, io[RP_IO_OUTPUT_NORM].name, t, 1, hp->n_embd, 0, 0)) return s;
     if (!hp->tied && (t = src_of(cv, true, &s, "lm_head.weight")))
-        if (!add_shaped(cv, &s, "output.weight", t, 2, hp->n_vocab, hp->n_embd, 0)) return s;
+        if (!add_shaped(cv, &s, io[RP_IO_OUTPUT].name, t, 2, hp->n_vocab, hp->n_embd, 0)) return s;
     if (s) return s;
     for (int64_t l = 0; l < hp->n_layer; l++) {
         if ((s = mamba_tensors(cv, z, l))) return s;
@@ -517,10 +519,15 @@ static rp_status z2_shapes(rp_conv *cv, rp_st *st) {
     return s;
 }
 
-const rp_conv_arch rp_conv_zamba2 = {
-    .hf_arch = "Zamba2ForCausalLM",
-    .arch = "zamba2",
+static const rp_conv_opt g_opts[] = {
+    {"merged", "the older merged form: each hybrid visit's adapters baked into its own full "
+               "ffn_up (and attn_q/k/v), no adapter pairs and no rank keys"},
+    {0},
+};
+
+const rp_conv_hooks rp_conv_zamba2 = {
     .params = z2_params,
     .tensors = z2_tensors,
     .shapes = z2_shapes,
+    .opts = g_opts,
 };

@@ -1,8 +1,10 @@
 /* The conversion mechanism: config.json access, the hyperparameter keys every
  * decoder shares, rule-driven tensor mapping with shape checks, the output
  * type rules, and streaming the planned tensors into the GGUF writer. What an
- * architecture is lives in src/convert_<name>.c. */
+ * architecture is lives in src/arch/<name>_convert.c, found through the
+ * architecture registry (rp_arch.hf_classes, rp_arch.convert). */
 #include "convert/convert.h"
+#include "arch/arch.h"
 #include "base/json_util.h"
 #include "core/planfile.h"
 #include "kernels/quant.h"
@@ -125,7 +127,7 @@ static const char *cfg_first(const rp_conv *cv, const char *const *names) {
 /* ---- keys ------------------------------------------------------------------- */
 
 static const char *arch_key(const rp_conv *cv, const char *suffix, char *buf, size_t n) {
-    snprintf(buf, n, "%s.%s", cv->arch->arch, suffix);
+    snprintf(buf, n, "%s.%s", cv->arch->name, suffix);
     return buf;
 }
 
@@ -432,22 +434,11 @@ rp_conv_out *rp_conv_add_values(rp_conv *cv, const char *name, uint32_t n_dims, 
 
 int64_t rp_conv_dim(const rp_conv *cv, int dim) {
     const rp_conv_hparams *hp = &cv->hp;
-    switch (dim) {
-    case RP_DIM_EMBD:
-        return hp->n_embd;
-    case RP_DIM_FF:
-        return hp->n_ff;
-    case RP_DIM_VOCAB:
-        return hp->n_vocab;
-    case RP_DIM_Q:
-        return hp->n_head * hp->head_dim;
-    case RP_DIM_KV:
-        return hp->n_head_kv * hp->head_dim;
-    case RP_DIM_HEAD:
-        return hp->head_dim;
-    default:
-        return -1;
-    }
+    if (dim == RP_DIM_NONE) return 0;
+    rp_dims d;
+    rp_dims_init(&d, hp->n_embd, hp->n_vocab, hp->n_ff, hp->n_head, hp->n_head_kv, hp->head_dim,
+                 hp->head_dim);
+    return dim > RP_DIM_ANY && dim < RP_DIM_ROT2 ? d.v[dim] : -1;
 }
 
 /* Does name match pattern + ".weight"/".bias"? '#' matches a decimal layer
@@ -472,6 +463,16 @@ static bool rule_match(const char *pat, const char *name, int64_t *layer, const 
     if (strcmp(name, ".weight") && strcmp(name, ".bias")) return false;
     *suffix = name;
     return true;
+}
+
+/* The GGUF name of rule row r for a checkpoint tensor of layer `layer` with
+ * suffix ".weight" or ".bias". */
+static void gguf_name(char *buf, size_t n, const rp_tensor_def *r, int64_t layer,
+                      const char *suffix) {
+    rp_tensor_name(r, (int)layer, buf, n);
+    const size_t len = strlen(buf), w = strlen(".weight");
+    RP_ASSERT(len > w && !strcmp(buf + len - w, ".weight"));
+    snprintf(buf + len - w, n - (len - w), "%s", suffix);
 }
 
 /* pattern with '#' replaced by the layer number, plus suffix */
@@ -513,23 +514,24 @@ rp_status rp_conv_map(rp_conv *cv, const rp_conv_rule *rules, size_t n_rules) {
                                " layers of config.json",
                                t->name, layer, cv->hp.n_layer);
             /* expected shape, in safetensors order (outermost first) */
+            const rp_tensor_def *row = rules[r].gguf;
             bool bias = strcmp(suffix, ".bias") == 0;
             int64_t want[2];
             uint32_t nd;
             if (bias) {
                 nd = 1;
-                want[0] = rp_conv_dim(cv, rules[r].ne[1] ? rules[r].ne[1] : rules[r].ne[0]);
-            } else if (rules[r].ne[1]) {
+                want[0] = rp_conv_dim(cv, row->ne1 != RP_DIM_NONE ? row->ne1 : row->ne0);
+            } else if (row->ne1 != RP_DIM_NONE) {
                 nd = 2;
-                want[0] = rp_conv_dim(cv, rules[r].ne[1]);
-                want[1] = rp_conv_dim(cv, rules[r].ne[0]);
+                want[0] = rp_conv_dim(cv, row->ne1);
+                want[1] = rp_conv_dim(cv, row->ne0);
             } else {
                 nd = 1;
-                want[0] = rp_conv_dim(cv, rules[r].ne[0]);
+                want[0] = rp_conv_dim(cv, row->ne0);
             }
             bool ok = t->n_dims == nd;
             for (uint32_t d = 0; ok && d < nd; d++) ok = want[d] < 0 || t->shape[d] == want[d];
-            if (!ok && rules[r].ne[0] != RP_DIM_ANY) {
+            if (!ok && row->ne0 != RP_DIM_ANY) {
                 char got[96], exp[96];
                 fmt_shape(got, sizeof got, t->n_dims, t->shape);
                 fmt_shape(exp, sizeof exp, nd, want);
@@ -538,7 +540,7 @@ rp_status rp_conv_map(rp_conv *cv, const rp_conv_rule *rules, size_t n_rules) {
                                t->name, got, exp);
             }
             char gname[256];
-            expand(gname, sizeof gname, rules[r].gguf, layer, suffix);
+            gguf_name(gname, sizeof gname, row, layer, suffix);
             rp_conv_out *o = rp_conv_add(cv, gname, t);
             if (!o) return RP_ERR_FORMAT;
             o->make = rules[r].make;
@@ -556,7 +558,7 @@ rp_status rp_conv_map(rp_conv *cv, const rp_conv_rule *rules, size_t n_rules) {
             if (!rp_st_find(cv->st, name))
                 return rp_fail(RP_ERR_FORMAT,
                                "%s: the checkpoint has no tensor '%s' (a %s needs it)", cv->dir,
-                               name, cv->arch->hf_arch);
+                               name, cv->hf_arch);
         }
     }
     return RP_OK;
@@ -577,12 +579,13 @@ rp_status rp_conv_rule_shapes(rp_conv *cv, rp_st *st, const rp_conv_rule *rules,
     for (size_t r = 0; r < n_rules; r++) {
         if (!(rules[r].flags & RP_RULE_REQUIRED)) continue;
         int64_t shape[2];
-        uint32_t nd = rules[r].ne[1] ? 2 : 1;
+        const rp_tensor_def *row = rules[r].gguf;
+        uint32_t nd = row->ne1 != RP_DIM_NONE ? 2 : 1;
         if (nd == 2) {
-            shape[0] = rp_conv_dim(cv, rules[r].ne[1]);
-            shape[1] = rp_conv_dim(cv, rules[r].ne[0]);
+            shape[0] = rp_conv_dim(cv, row->ne1);
+            shape[1] = rp_conv_dim(cv, row->ne0);
         } else {
-            shape[0] = rp_conv_dim(cv, rules[r].ne[0]);
+            shape[0] = rp_conv_dim(cv, row->ne0);
         }
         if (shape[0] < 0 || (nd == 2 && shape[1] < 0))
             return rp_fail(RP_ERR_INTERNAL, "rule '%s' has no definite shape", rules[r].hf);
@@ -719,7 +722,7 @@ static rp_status load_config(rp_conv *cv) {
 /* Output order: token_embd, the blocks by layer number, then the rest; by
  * name within each (the same order however the plan was made). */
 static int64_t out_group(const char *name) {
-    if (!strncmp(name, "token_embd.", 11)) return -1;
+    if (!strcmp(name, rp_io_rows[RP_IO_TOKEN_EMBD].name)) return -1;
     if (!strncmp(name, "blk.", 4) && name[4] >= '0' && name[4] <= '9')
         return strtoll(name + 4, NULL, 10);
     return INT64_MAX;
@@ -732,6 +735,58 @@ static int cmp_out(const void *pa, const void *pb) {
     return strcmp(a->name, b->name);
 }
 
+/* ---- architecture options ---------------------------------------------------- */
+
+const char *rp_conv_arch_list(void) {
+    return rp_arch_hf_list();
+}
+
+/* params.arch_opts split into cv->opt (key and value strings, "" for a bare
+ * key); every key must be one the architecture's converter declares. */
+static rp_status parse_opts(rp_conv *cv) {
+    const char *p = cv->p.arch_opts ? cv->p.arch_opts : "";
+    while (*p) {
+        const char *end = strchr(p, ',');
+        if (!end) end = p + strlen(p);
+        const char *eq = memchr(p, '=', (size_t)(end - p));
+        const size_t nk = (size_t)((eq ? eq : end) - p);
+        if (nk) {
+            char **o = rp_realloc(cv->opt, (cv->n_opt + 1) * 2 * sizeof *o, "converter options");
+            if (!o) return RP_ERR_NOMEM;
+            cv->opt = o;
+            o[2 * cv->n_opt] = rp_strndup(p, nk);
+            o[2 * cv->n_opt + 1] = eq ? rp_strndup(eq + 1, (size_t)(end - eq - 1)) : rp_strdup("");
+            cv->n_opt++;
+            if (!o[2 * cv->n_opt - 2] || !o[2 * cv->n_opt - 1]) return RP_ERR_NOMEM;
+            const rp_conv_opt *d = cv->hooks->opts;
+            while (d && d->key && strcmp(d->key, o[2 * cv->n_opt - 2])) d++;
+            if (!d || !d->key) {
+                rp_buf known = {0};
+                for (d = cv->hooks->opts; d && d->key; d++)
+                    rp_buf_printf(&known, "%s%s", known.len ? ", " : "", d->key);
+                rp_status s = rp_fail(
+                    RP_ERR_INVALID_ARG,
+                    "architecture option '%s' is not one the %s converter takes (%s)",
+                    o[2 * cv->n_opt - 2], cv->arch->name, known.len ? known.data : "it takes none");
+                rp_buf_free(&known);
+                return s;
+            }
+        }
+        p = *end ? end + 1 : end;
+    }
+    return RP_OK;
+}
+
+const char *rp_conv_opt_get(const rp_conv *cv, const char *key) {
+    for (size_t i = 0; i < cv->n_opt; i++)
+        if (!strcmp(cv->opt[2 * i], key)) return cv->opt[2 * i + 1];
+    return NULL;
+}
+
+bool rp_conv_opt_flag(const rp_conv *cv, const char *key) {
+    return rp_conv_opt_get(cv, key) != NULL;
+}
+
 static rp_status plan(rp_conv *cv) {
     const rp_convert_params *p = &cv->p;
     rp_status s;
@@ -741,28 +796,31 @@ static rp_status plan(rp_conv *cv) {
         return rp_fail(RP_ERR_FORMAT,
                        "%s/config.json: no \"architectures\" list naming the model class", cv->dir);
     const char *hf = json_string_value(json_array_get(archs, 0));
-    cv->arch = rp_conv_arch_find(hf);
+    cv->arch = rp_arch_find_hf(hf);
     if (!cv->arch)
         return rp_fail(RP_ERR_UNSUPPORTED,
                        "%s: architecture '%s' is not supported by reprise convert (supported: %s)",
                        cv->dir, hf, rp_conv_arch_list());
+    cv->hooks = cv->arch->convert;
+    cv->hf_arch = hf;
+    if ((s = parse_opts(cv))) return s;
     if (!(cv->w = rp_gguf_writer_new())) return RP_ERR_NOMEM;
     const char *base = strrchr(cv->dir, '/');
     base = base && base[1] ? base + 1 : cv->dir;
-    if ((s = rp_gguf_w_set_str(cv->w, "general.architecture", cv->arch->arch))) return s;
+    if ((s = rp_gguf_w_set_str(cv->w, "general.architecture", cv->arch->name))) return s;
     if ((s = rp_gguf_w_set_str(cv->w, "general.type", "model"))) return s;
     if ((s = rp_gguf_w_set_str(cv->w, "general.name", base))) return s;
-    if ((s = cv->arch->params(cv))) return s;
+    if ((s = cv->hooks->params(cv))) return s;
 
     if (!p->vocab_only) {
         if (p->shapes_from_config && !has_weights(cv->dir)) {
-            if (!cv->arch->shapes)
+            if (!cv->hooks->shapes)
                 return rp_fail(RP_ERR_UNSUPPORTED,
                                "%s: no weights, and %s cannot be planned from config.json alone",
-                               cv->dir, cv->arch->hf_arch);
+                               cv->dir, cv->hf_arch);
             if (!(cv->st = rp_st_new_shapes())) return RP_ERR_NOMEM;
             cv->from_shapes = true;
-            if ((s = cv->arch->shapes(cv, cv->st))) return s;
+            if ((s = cv->hooks->shapes(cv, cv->st))) return s;
         } else if ((s = rp_st_open_dir(cv->dir, &cv->st))) {
             return s;
         }
@@ -792,7 +850,7 @@ static rp_status plan(rp_conv *cv) {
 
     if (p->no_vocab) {
         if ((s = rp_gguf_w_set_str(cv->w, "tokenizer.ggml.model", "none"))) return s;
-    } else if ((s = cv->arch->vocab ? cv->arch->vocab(cv) : rp_conv_vocab(cv, true, -1))) {
+    } else if ((s = cv->hooks->vocab ? cv->hooks->vocab(cv) : rp_conv_vocab(cv, true, -1))) {
         return s;
     }
     if (p->vocab_only) return RP_OK;
@@ -804,15 +862,15 @@ static rp_status plan(rp_conv *cv) {
             ends_with(n, ".attention.bias"))
             cv->used[i] = true;
     }
-    if ((s = cv->arch->tensors(cv))) return s;
+    if ((s = cv->hooks->tensors(cv))) return s;
     for (uint64_t i = 0; i < rp_st_n_tensors(cv->st); i++)
         if (!cv->used[i]) {
             const rp_st_tensor *t = rp_st_tensor_at(cv->st, i);
             return rp_fail(RP_ERR_UNSUPPORTED,
                            "%s: checkpoint tensor '%s' has no place in a %s GGUF file",
-                           t->file[0] ? t->file : cv->dir, t->name, cv->arch->arch);
+                           t->file[0] ? t->file : cv->dir, t->name, cv->arch->name);
         }
-    const rp_conv_out *embd = rp_conv_find_out(cv, "token_embd.weight");
+    const rp_conv_out *embd = rp_conv_find_out(cv, rp_io_rows[RP_IO_TOKEN_EMBD].name);
     if (cv->n_tokens > 0 && embd && embd->ne[1] != cv->n_tokens)
         return rp_fail(RP_ERR_FORMAT,
                        "%s: the tokenizer has %" PRId64 " tokens but token_embd.weight has %" PRId64
@@ -865,6 +923,8 @@ void rp_conv_free(rp_conv *cv) {
     free(cv->used);
     free(cv->chunk);
     free(cv->arch_data);
+    for (size_t i = 0; i < 2 * cv->n_opt; i++) free(cv->opt[i]);
+    free(cv->opt);
     rp_st_close(cv->st);
     rp_gguf_writer_free(cv->w);
     json_decref(cv->config);
@@ -873,10 +933,10 @@ void rp_conv_free(rp_conv *cv) {
 }
 
 const char *rp_conv_hf_arch(const rp_conv *cv) {
-    return cv->arch->hf_arch;
+    return cv->hf_arch;
 }
 const char *rp_conv_arch_name(const rp_conv *cv) {
-    return cv->arch->arch;
+    return cv->arch->name;
 }
 bool rp_conv_from_shapes(const rp_conv *cv) {
     return cv->from_shapes;

@@ -3,8 +3,9 @@
  * llama.cpp's convert_hf_to_gguf.py writes, so the files load in llama.cpp as
  * well as in reprise.
  *
- * The mechanism (convert.c) is shared; what an architecture is lives in its own
- * file, src/convert_<name>.c, registered in src/convert_registry.c:
+ * The mechanism (convert.c) is shared and names no architecture: it finds the
+ * one whose rp_arch.hf_classes lists config.json's class (src/arch/registry.c)
+ * and runs its rp_conv_hooks, which live beside it in src/arch/<name>_convert.c:
  *   params   config.json -> "<arch>.*" hyperparameter keys (and cv->hp),
  *   tensors  checkpoint tensors -> output tensors: a name, a shape and a row
  *            producer (a plain copy, the llama Q/K permutation, Gemma's +1 on
@@ -23,6 +24,7 @@
 #ifndef RP_CONVERT_H
 #define RP_CONVERT_H
 
+#include "arch/tensors.h"
 #include "format/gguf.h"
 #include "reprise.h"
 #include "reprise_tools.h"
@@ -78,24 +80,39 @@ typedef struct rp_conv_hparams {
     bool tied; /* the embedding is the output matrix: no output.weight */
 } rp_conv_hparams;
 
-typedef struct rp_conv_arch {
-    const char *hf_arch; /* config.json "architectures"[0] */
-    const char *arch;    /* general.architecture */
+/* An option an architecture's converter takes (reprise convert --arch-opt). */
+typedef struct rp_conv_opt {
+    const char *key;
+    const char *help;
+} rp_conv_opt;
+
+/* What an architecture's converter does (rp_arch.convert; the classes it
+ * converts from are rp_arch.hf_classes). */
+typedef struct rp_conv_hooks {
     rp_status (*params)(rp_conv *cv);
     rp_status (*vocab)(rp_conv *cv); /* NULL: rp_conv_vocab(cv, true, -1) */
     rp_status (*tensors)(rp_conv *cv);
     rp_status (*shapes)(rp_conv *cv, rp_st *st); /* optional */
-} rp_conv_arch;
+    const rp_conv_opt *opts;                     /* its options, {0}-terminated; NULL = none */
+} rp_conv_hooks;
 
-const rp_conv_arch *rp_conv_arch_find(const char *hf_arch);
+/* rp_conv_arch_list (the classes reprise converts, for messages) is public. */
+
+/* An architecture option of params.arch_opts: its value ("" for a bare key),
+ * or NULL when not given (the converter declared the key: others are refused
+ * when the conversion is opened). */
+const char *rp_conv_opt_get(const rp_conv *cv, const char *key);
+bool rp_conv_opt_flag(const rp_conv *cv, const char *key);
 
 /* Converter state. Architecture files use hp, st, w and arch_data; the rest
  * belongs to the mechanism. */
 struct rp_conv {
     rp_convert_params p;
     char *dir;
-    const rp_conv_arch *arch;
-    json_t *config; /* config.json ("text_config" merged over the top level) */
+    const struct rp_arch *arch; /* the architecture written (arch->name) */
+    const rp_conv_hooks *hooks; /* its converter */
+    const char *hf_arch;        /* the config.json class it converts from */
+    json_t *config;             /* config.json ("text_config" merged over the top level) */
     rp_conv_hparams hp;
     rp_st *st;  /* checkpoint tensors (shape-only when planned from config.json) */
     bool *used; /* [n st tensors] */
@@ -110,6 +127,8 @@ struct rp_conv {
     float *chunk; /* F32 rows while writing */
     size_t chunk_floats;
     void *arch_data; /* an architecture's own state (freed with free()) */
+    char **opt;      /* [2 n_opt] params.arch_opts as key, value ("" for a bare key) */
+    size_t n_opt;
 };
 
 /* config.json. A path is dotted ("rope_scaling.factor"); JSON null counts as
@@ -161,24 +180,17 @@ rp_status rp_conv_drop(rp_conv *cv, const rp_st_tensor *t); /* used on purpose, 
 rp_conv_out *rp_conv_find_out(rp_conv *cv, const char *name);
 bool rp_conv_is_used(const rp_conv *cv, const rp_st_tensor *t);
 
-/* Symbolic dimensions of rule shapes, resolved from cv->hp. */
-enum {
-    RP_DIM_ANY = 0,
-    RP_DIM_EMBD,  /* n_embd */
-    RP_DIM_FF,    /* n_ff */
-    RP_DIM_VOCAB, /* n_vocab */
-    RP_DIM_Q,     /* n_head * head_dim */
-    RP_DIM_KV,    /* n_head_kv * head_dim */
-    RP_DIM_HEAD,  /* head_dim */
-};
 enum { RP_RULE_REQUIRED = 1 }; /* the .weight must exist (in every layer for '#' rules) */
 
-/* "<hf>.weight" / "<hf>.bias" -> "<gguf>.weight" / "<gguf>.bias"; '#' in
- * both stands for the layer number (< n_layer). ne: the .weight's expected
- * GGUF shape (ne[1] = 0: 1-D); a .bias is [ne[1]]. */
+/* "<hf>.weight" / "<hf>.bias" -> the GGUF tensor of row `gguf` of the
+ * architecture's tensor table (a ".weight" row; a ".bias" goes to the same
+ * name with ".bias"). '#' in hf stands for the layer number (< n_layer), which
+ * a per-layer row takes. The .weight's expected shape is the row's (rp_dim
+ * resolved from cv->hp by rp_conv_dim); a .bias is [ne1], or [ne0] for a 1-D
+ * row. */
 typedef struct rp_conv_rule {
-    const char *hf, *gguf;
-    uint8_t ne[2];
+    const char *hf;
+    const rp_tensor_def *gguf;
     unsigned flags;
     rp_conv_make_fn make; /* NULL = copy */
     const char *note;
@@ -190,6 +202,8 @@ rp_status rp_conv_map(rp_conv *cv, const rp_conv_rule *rules, size_t n_rules);
 /* The checkpoint tensors the rules imply (weights of REQUIRED rules), for an
  * architecture's shapes callback; dtype from config.json's dtype/torch_dtype. */
 rp_status rp_conv_rule_shapes(rp_conv *cv, rp_st *st, const rp_conv_rule *rules, size_t n_rules);
+/* A table dimension (rp_dim) from cv->hp: -1 for one the converter does not
+ * know (any), 0 for RP_DIM_NONE. */
 int64_t rp_conv_dim(const rp_conv *cv, int dim);
 /* Drops lm_head.weight of a tied model; requires it when the model is not tied. */
 rp_status rp_conv_output_head(rp_conv *cv);

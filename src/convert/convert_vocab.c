@@ -835,7 +835,7 @@ static rp_status convert(tok *t, int64_t pad_to, int add_space_prefix, const cha
     if ((s = apply_added(t))) return s;
     specials sp;
     resolve_specials(t, &sp);
-    const char *model = t->spm ? "llama" : "gpt2";
+    const char *model = t->spm ? RP_VOCAB_MODEL_SPM : RP_VOCAB_MODEL_BPE;
     if (!t->spm && !pre && (s = recognise_pre(t, &pre))) return s;
     if ((s = rp_gguf_w_set_str(w, "tokenizer.ggml.model", model))) return s;
     if ((s = rp_gguf_w_set_str(w, "tokenizer.ggml.pre", t->spm ? "default" : pre))) return s;

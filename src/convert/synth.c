@@ -3,6 +3,7 @@
 #include "core/planfile.h"
 #include "kernels/types.h"
 #include "base/util.h"
+#include "text/vocab_table.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -29,7 +30,7 @@ struct rp_synth {
 
 rp_synth_params rp_synth_default_params(void) {
     rp_synth_params p = {0};
-    p.arch = "llama";
+    p.arch = rp_arch_at(0)->name; /* the registry's first: the plain dense decoder */
     p.n_embd = 256;
     p.n_layer = 4;
     p.n_head = 8;
@@ -218,7 +219,7 @@ static rp_status builtin_vocab(rp_synth *s, int n_vocab) {
     }
     for (int i = 0; i < n_vocab; i++)
         if (!tok[i]) goto done;
-    st = rp_gguf_w_set_str(s->w, "tokenizer.ggml.model", "llama");
+    st = rp_gguf_w_set_str(s->w, "tokenizer.ggml.model", RP_VOCAB_MODEL_SPM);
     st = st ? st
             : rp_gguf_w_set_arr_str(s->w, "tokenizer.ggml.tokens", (const char *const *)tok,
                                     (uint64_t)n_vocab);

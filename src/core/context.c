@@ -503,3 +503,106 @@ void rp_forward_output(rp_context *c, const rp_ubatch *ub, float *x, bool compac
     if (m->hp.final_softcap > 0)
         rp_softcap(ub->logits, m->hp.final_softcap, ub->n_out * m->hp.n_vocab);
 }
+
+/* ---- sequence checkpoints ------------------------------------------------ */
+
+struct rp_seq_checkpoint {
+    const rp_context *ctx; /* the context it belongs to */
+    int seq;               /* -1 until saved */
+    int len;               /* positions the sequence had */
+    uint32_t id;           /* the sequence's checkpoint count at the save */
+    size_t n_floats;
+    float *rec; /* [n_floats] every recurrent step's state of the sequence, in step order */
+};
+
+bool rp_context_has_recurrent(const rp_context *c) {
+    return rp_state_rec_floats_seq(&c->state) > 0;
+}
+
+rp_seq_checkpoint *rp_seq_checkpoint_new(const rp_context *c) {
+    rp_seq_checkpoint *ck = rp_calloc(1, sizeof *ck, "sequence checkpoint");
+    if (!ck) return NULL;
+    ck->ctx = c;
+    ck->seq = -1;
+    ck->len = -1;
+    ck->n_floats = rp_state_rec_floats_seq(&c->state);
+    if (ck->n_floats) {
+        ck->rec = rp_alloc_aligned(ck->n_floats * sizeof(float), "sequence checkpoint");
+        if (!ck->rec) {
+            free(ck);
+            return NULL;
+        }
+    }
+    return ck;
+}
+
+void rp_seq_checkpoint_free(rp_seq_checkpoint *ck) {
+    if (!ck) return;
+    rp_free_aligned(ck->rec);
+    free(ck);
+}
+
+int rp_seq_checkpoint_len(const rp_seq_checkpoint *ck) {
+    return ck ? ck->len : -1;
+}
+
+static rp_status ckpt_check(const rp_context *c, int seq, const rp_seq_checkpoint *ck,
+                            const char *what) {
+    if (!ck) return rp_fail(RP_ERR_INVALID_ARG, "%s: no checkpoint given", what);
+    if (ck->ctx != c)
+        return rp_fail(RP_ERR_INVALID_ARG, "%s: the checkpoint was made for another context", what);
+    if (seq < 0 || seq >= c->n_seq)
+        return rp_fail(RP_ERR_INVALID_ARG, "%s: sequence %d out of range (context has %d)", what,
+                       seq, c->n_seq);
+    return RP_OK;
+}
+
+rp_status rp_seq_checkpoint_save(const rp_context *c, int seq, rp_seq_checkpoint *ck) {
+    rp_status s = ckpt_check(c, seq, ck, "checkpoint save");
+    if (s) return s;
+    rp_state *st = (rp_state *)&c->state; /* the guard is bookkeeping, not state */
+    float *dst = ck->rec;
+    for (int e = 0; e < st->n_steps; e++) {
+        const float *r = st->rec[(size_t)e * (size_t)st->n_seq + (size_t)seq];
+        if (!r) continue;
+        memcpy(dst, r, st->rec_floats[e] * sizeof(float));
+        dst += st->rec_floats[e];
+    }
+    ck->seq = seq;
+    ck->len = st->seq_len[seq];
+    ck->id = ++st->seq_ckpt[seq];
+    st->seq_low[seq] = ck->len;
+    return RP_OK;
+}
+
+rp_status rp_seq_checkpoint_restore(rp_context *c, int seq, const rp_seq_checkpoint *ck) {
+    rp_status s = ckpt_check(c, seq, ck, "checkpoint restore");
+    if (s) return s;
+    rp_state *st = &c->state;
+    if (ck->seq < 0)
+        return rp_fail(RP_ERR_INVALID_ARG, "checkpoint restore: the checkpoint was never saved");
+    if (ck->seq != seq)
+        return rp_fail(RP_ERR_INVALID_ARG,
+                       "checkpoint restore: the checkpoint holds sequence %d, not %d", ck->seq,
+                       seq);
+    if (ck->id != st->seq_ckpt[seq])
+        return rp_fail(
+            RP_ERR_INVALID_ARG,
+            "checkpoint restore: sequence %d has had a newer checkpoint saved since this one", seq);
+    if (st->seq_low[seq] < ck->len)
+        return rp_fail(RP_ERR_INVALID_ARG,
+                       "checkpoint restore: sequence %d was cut back to %d positions after the "
+                       "checkpoint at %d; "
+                       "the positions it needs are gone",
+                       seq, st->seq_low[seq], ck->len);
+    if ((s = rp_ctx_ring_rollback_check(c, seq, ck->len))) return s;
+    const float *src = ck->rec;
+    for (int e = 0; e < st->n_steps; e++) {
+        float *r = st->rec[(size_t)e * (size_t)st->n_seq + (size_t)seq];
+        if (!r) continue;
+        memcpy(r, src, st->rec_floats[e] * sizeof(float));
+        src += st->rec_floats[e];
+    }
+    st->seq_len[seq] = ck->len;
+    return RP_OK;
+}

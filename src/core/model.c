@@ -326,24 +326,6 @@ rp_status rp_load_transformer_hparams(rp_model *m) {
     return RP_OK;
 }
 
-rp_status rp_bind_io(rp_model *m) {
-    rp_hparams *hp = &m->hp;
-    rp_status s;
-    if ((s = rp_bind(m, &m->tok_embd, true, hp->n_embd, -1, "token_embd.weight"))) return s;
-    if (!rp_type_get(m->tok_embd->type)->to_float)
-        return rp_fail(RP_ERR_UNSUPPORTED,
-                       "%s: token_embd.weight has type %s, which reprise cannot read", m->path,
-                       rp_type_name(m->tok_embd->type));
-    hp->n_vocab = (int)m->tok_embd->ne[1];
-    if (hp->n_vocab < 1)
-        return rp_fail(RP_ERR_FORMAT, "%s: token_embd.weight has no rows", m->path);
-    if ((s = rp_bind(m, &m->output_norm, true, hp->n_embd, 0, "output_norm.weight"))) return s;
-    if ((s = rp_bind(m, &m->output_norm_b, false, hp->n_embd, 0, "output_norm.bias"))) return s;
-    if ((s = rp_bind(m, &m->output, false, hp->n_embd, hp->n_vocab, "output.weight"))) return s;
-    if (!m->output) m->output = m->tok_embd; /* tied */
-    return RP_OK;
-}
-
 /* The weights' final form, tensor by tensor in file order, with progress:
  * a matrix the CPU's kernels run re-laid out (rp_matmul_pack) is used only
  * in its packed copy, so the pages packing read leave memory again

@@ -38,16 +38,25 @@ typedef struct rp_layer_info {
 } rp_layer_info;
 
 /* Tensors of one layer. A superset across architectures; each architecture
- * binds the ones it has (see src/arch/). Pointers may alias across layers. */
+ * binds the ones it has, by its tensor table (src/arch/tensors.h, which has
+ * every GGUF name and shape). Pointers may alias across layers. Shapes are
+ * GGUF's [ne0, ne1]: ne0 is contiguous, so a matrix is [inputs, outputs] and
+ * row r holds output r's weights. E = n_embd, hk / hv = head_dim_k / _v of the
+ * layer; the shared Zamba2 block reads 2E-wide inputs (its table says so). */
 typedef struct rp_layer {
-    const rp_tensor *attn_norm, *attn_norm_b;
-    const rp_tensor *wq, *wk, *wv, *wo, *wqkv;
-    const rp_tensor *bq, *bk, *bv, *bo;
-    const rp_tensor *q_norm, *k_norm;
-    const rp_tensor *attn_post_norm;
-    const rp_tensor *ffn_norm, *ffn_norm_b;
-    const rp_tensor *ffn_gate, *ffn_up, *ffn_down, *ffn_gate_up;
-    const rp_tensor *ffn_post_norm;
+    const rp_tensor *attn_norm, *attn_norm_b; /* [E] */
+    const rp_tensor *wq; /* [E, n_head hk] (gated attention: [E, 2 n_head hk], q then gate) */
+    const rp_tensor *wk; /* [E, n_head_kv hk] */
+    const rp_tensor *wv; /* [E, n_head_kv hv] */
+    const rp_tensor *wo; /* [n_head hv, E] */
+    const rp_tensor *bq, *bk, *bv, *bo;     /* [n_head hk], [n_head_kv hk], [n_head_kv hv], [E] */
+    const rp_tensor *q_norm, *k_norm;       /* [hk] per-head RMSNorm */
+    const rp_tensor *attn_post_norm;        /* [E] */
+    const rp_tensor *ffn_norm, *ffn_norm_b; /* [E] */
+    const rp_tensor *ffn_gate, *ffn_up;     /* [E, n_ff] */
+    const rp_tensor *ffn_down;              /* [n_ff, E] */
+    const rp_tensor *ffn_gate_up;           /* [E, 2 n_ff]: gate rows, then up rows */
+    const rp_tensor *ffn_post_norm;         /* [E] */
     void *ext; /* architecture-specific tensors (recurrent mixers, adapters) */
 } rp_layer;
 
@@ -78,9 +87,11 @@ struct rp_model {
     rp_hparams hp;
     rp_tensor *tensors; /* one view per GGUF tensor, in file order */
     uint64_t n_tensors;
-    const rp_tensor *tok_embd, *output_norm, *output_norm_b, *output;
-    rp_layer *layers;    /* [n_layer] */
-    rp_layer_info *info; /* [n_layer] */
+    const rp_tensor *tok_embd;                    /* [E, n_vocab]: row t is token t's embedding */
+    const rp_tensor *output_norm, *output_norm_b; /* [E] */
+    const rp_tensor *output;                      /* [E, n_vocab] (tok_embd when tied) */
+    rp_layer *layers;                             /* [n_layer] */
+    rp_layer_info *info;                          /* [n_layer] */
     rp_vocab *vocab;
     void *arch_data; /* owned by the architecture */
     void **owned;    /* buffers the model owns (converted norms, ...) */
@@ -118,7 +129,5 @@ bool rp_model_own(rp_model *m, void *p);
  * embedding_length, feed_forward_length, head counts, key/value lengths, rope,
  * eps), validated; fills hp and every info[] with an attention layer. */
 rp_status rp_load_transformer_hparams(rp_model *m);
-/* Token embedding, output norm, output (tied to the embedding when absent). */
-rp_status rp_bind_io(rp_model *m);
 
 #endif

@@ -15,8 +15,8 @@
  * before a speculative step (a checkpoint must sit right before the drafted
  * rows, or a rejection would throw away the backlog again). */
 #include "core/spec.h"
-#include "arch/qwen35.h"
 #include "core/context.h"
+#include "core/draft.h"
 #include "base/util.h"
 
 #include <math.h>
@@ -55,7 +55,7 @@ typedef struct spec_seq {
 struct rp_spec {
     rp_context *t;       /* target (the caller's) */
     rp_context *d;       /* draft plan context, or NULL */
-    rp_qwen35_mtp *head; /* MTP head, or NULL */
+    rp_draft_head *head; /* the model's draft head (MTP), or NULL */
     rp_spec_params p;
     char *draft_plan; /* owned copy ("" = trunk once) */
     int n_seq, n_ctx, n_vocab, n_embd;
@@ -145,7 +145,7 @@ static void seq_free(spec_seq *q) {
 void rp_spec_free(rp_spec *s) {
     if (!s) return;
     rp_context_free(s->d);
-    rp_qwen35_mtp_free(s->head);
+    rp_draft_head_free(s->head);
     for (int i = 0; s->seq && i < s->n_seq; i++) seq_free(&s->seq[i]);
     free(s->seq);
     free(s->draft_plan);
@@ -189,12 +189,10 @@ rp_status rp_spec_new(rp_context *t, const rp_spec_params *params, rp_spec **out
                        p.draft_max, p.draft_max + 1, t->n_ubatch);
     const rp_model *m = t->model;
     if (p.mtp) {
-        if (!rp_qwen35_has_mtp(m))
-            return rp_fail(
-                RP_ERR_UNSUPPORTED,
-                "speculative decoding: %s has no NextN/MTP head to draft with (a qwen35 file with "
-                "nextn_predict_layers >= 1 is needed)",
-                m->path);
+        if (!rp_draft_head_available(m))
+            return rp_fail(RP_ERR_UNSUPPORTED,
+                           "speculative decoding: %s has no NextN/MTP head to draft with (%s)",
+                           m->path, rp_draft_head_needs(m));
         if (!t->params.keep_hidden)
             return rp_fail(RP_ERR_INVALID_ARG, "speculative decoding: the MTP head drafts from the "
                                                "target's hidden states; make the "
@@ -221,7 +219,7 @@ rp_status rp_spec_new(rp_context *t, const rp_spec_params *params, rp_spec **out
         goto fail;
     }
     if (p.mtp) {
-        if ((st = rp_qwen35_mtp_new(t, &s->head))) goto fail;
+        if ((st = rp_draft_head_new(t, &s->head))) goto fail;
         s->h_logits = rp_malloc(nv * sizeof(float), "MTP logits");
         s->h_cur = rp_malloc(ne * sizeof(float), "MTP hidden state");
         s->h_next = rp_malloc(ne * sizeof(float), "MTP hidden state");
@@ -262,7 +260,7 @@ const rp_context *rp_spec_draft_context(const rp_spec *s) {
 }
 
 uint64_t rp_spec_state_bytes(const rp_spec *s) {
-    return s->d ? rp_context_state_bytes(s->d) : rp_qwen35_mtp_state_bytes(s->head);
+    return s->d ? rp_context_state_bytes(s->d) : rp_draft_head_state_bytes(s->head);
 }
 
 int rp_spec_describe(const rp_spec *s, char *buf, size_t size) {
@@ -421,7 +419,7 @@ static rp_status decode_rows(rp_spec *s, rp_context *c, int seq, const int32_t *
  * h_nextn go to h_logits / h_cur. */
 static rp_status head_catch_up(rp_spec *s, int seq, int end, bool want_last) {
     spec_seq *q = &s->seq[seq];
-    const int from = rp_qwen35_mtp_seq_len(s->head, seq);
+    const int from = rp_draft_head_seq_len(s->head, seq);
     if (end <= from && want_last)
         return rp_fail(RP_ERR_INTERNAL,
                        "speculative decoding: MTP head at %d has no row left to draft from (%d)",
@@ -445,7 +443,7 @@ static rp_status head_catch_up(rp_spec *s, int seq, int end, bool want_last) {
                 s->h_tok[i] = q->tok[p0 + i + 1];
                 s->h_seqv[i] = seq;
             }
-            rp_qwen35_mtp_batch mb = {
+            rp_draft_batch mb = {
                 .n = k,
                 .token = s->h_tok,
                 .hidden = q->hid + (size_t)(p0 - q->hid_pos) * (size_t)s->n_embd,
@@ -455,7 +453,7 @@ static rp_status head_catch_up(rp_spec *s, int seq, int end, bool want_last) {
                 .logits = part == 1 ? s->h_logits : NULL,
                 .hidden_out = part == 1 ? s->h_cur : NULL,
             };
-            rp_status st = rp_qwen35_mtp_decode(s->head, &mb);
+            rp_status st = rp_draft_head_decode(s->head, &mb);
             if (st) return st;
         }
         r0 += n;
@@ -497,7 +495,7 @@ rp_status rp_spec_seq_reset(rp_spec *s, int seq, const rp_sampler_params *params
     q->ready = true;
     rp_status st = rp_kv_seq_truncate(s->t, seq, 0);
     if (!st && s->d) st = rp_kv_seq_truncate(s->d, seq, 0);
-    if (!st && s->head) st = rp_qwen35_mtp_truncate(s->head, seq, 0);
+    if (!st && s->head) st = rp_draft_head_truncate(s->head, seq, 0);
     return st;
 }
 
@@ -592,8 +590,8 @@ rp_status rp_spec_seq_truncate(rp_spec *s, int seq, int n) {
     int t_valid = RP_MAX(0, n - 1);
     if (s->head) {
         /* the head must redo the row that drafts (position n-2) */
-        const int h_valid = RP_MIN(rp_qwen35_mtp_seq_len(s->head, seq), RP_MAX(0, n - 2));
-        if ((st = rp_qwen35_mtp_truncate(s->head, seq, h_valid))) return st;
+        const int h_valid = RP_MIN(rp_draft_head_seq_len(s->head, seq), RP_MAX(0, n - 2));
+        if ((st = rp_draft_head_truncate(s->head, seq, h_valid))) return st;
         if (q->hid_pos > h_valid) {
             q->hid_pos = h_valid;
             q->hid_n = 0;
@@ -664,15 +662,15 @@ static rp_status draft_mtp(rp_spec *s, int seq, int k, int *nd) {
         if (i == k - 1 || is_eog(s, t)) break;
         /* the next row: the drafted token with the head's own h_nextn */
         int32_t pos = h - 1 + i, sq = seq;
-        rp_qwen35_mtp_batch mb = {.n = 1,
-                                  .token = &q->drafts[i],
-                                  .hidden = s->h_cur,
-                                  .hidden_raw = false,
-                                  .pos = &pos,
-                                  .seq = &sq,
-                                  .logits = s->h_logits,
-                                  .hidden_out = s->h_next};
-        if ((st = rp_qwen35_mtp_decode(s->head, &mb))) return st;
+        rp_draft_batch mb = {.n = 1,
+                             .token = &q->drafts[i],
+                             .hidden = s->h_cur,
+                             .hidden_raw = false,
+                             .pos = &pos,
+                             .seq = &sq,
+                             .logits = s->h_logits,
+                             .hidden_out = s->h_next};
+        if ((st = rp_draft_head_decode(s->head, &mb))) return st;
         float *tmp = s->h_cur;
         s->h_cur = s->h_next;
         s->h_next = tmp;
@@ -787,8 +785,8 @@ rp_status rp_spec_finish(rp_spec *s, int seq, int row, int32_t *out, int *n_out)
             return st;
     }
     if (s->head) {
-        const int hl = rp_qwen35_mtp_seq_len(s->head, seq);
-        if (hl > h - 1 && (st = rp_qwen35_mtp_truncate(s->head, seq, h - 1))) return st;
+        const int hl = rp_draft_head_seq_len(s->head, seq);
+        if (hl > h - 1 && (st = rp_draft_head_truncate(s->head, seq, h - 1))) return st;
         /* hidden states of accepted rows only */
         q->hid_n = RP_MAX(0, RP_MIN(q->hid_n, h_new - 1 - q->hid_pos));
     }

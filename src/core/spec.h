@@ -8,8 +8,9 @@
  *     thread pool), e.g. the stack with middle layers skipped; it never
  *     inherits the target's plan: no draft_plan means the trunk once, in
  *     order, whatever the target runs; or
- *   - the model's NextN / MTP head (qwen35), which drafts from the target's
- *     last hidden state: with a plan, the plan's hidden state.
+ *   - the model's NextN / MTP head (its architecture's draft head,
+ *     core/draft.h), which drafts from the target's last hidden state: with
+ *     a plan, the plan's hidden state.
  *
  * Acceptance. Greedy sampling (temp <= 0) keeps a drafted token when the
  * target's own choice at that row is the same token, and the tokens produced

@@ -87,107 +87,134 @@ static int cmp_rank(const void *a, const void *b) {
     return x->i != y->i ? x->i - y->i : x->j - y->j;
 }
 
-rp_status rp_heatmap_draw(const rp_heatmap *h, rp_canvas *out) {
-    memset(out, 0, sizeof *out);
-    const int n = h->end - h->start;
-    if (h->start < 0 || n < 1 || n > RP_MAX_LAYERS)
-        return rp_fail(RP_ERR_INVALID_ARG, "heatmap: layer range %d..%d", h->start, h->end);
-    const int S = 2; /* text scale */
-    const int cw = (RP_FONT_W + 1) * S, lh = 10 * S;
-    const int cell = RP_MAX(8, RP_MIN(48, 576 / n));
-    const int grid = cell * n;
-    const int max_extra = h->max_extra > 0 ? RP_MIN(h->max_extra, n) : n;
+/* The sizes and positions of every part of the picture, and the colour scale. */
+typedef struct hm_layout {
+    int n;         /* layers across and down */
+    int max_extra; /* longest block drawn */
+    int S, cw, lh; /* text scale, character width, line height */
+    int cell, grid;
+    int M; /* margin */
+    int lab_digits;
+    int gx, gy; /* the grid's top left */
+    int y_note, y_axis, y_ticks;
+    int bar_x, bar_y, bar_w, bar_h;
+    int panel_x;
+    int width, height;
+    double good_max, bad_max; /* each side of the colour scale reaches its largest magnitude */
+} hm_layout;
 
-    /* the colour scale: each side reaches its largest magnitude */
-    double good_max = 0, bad_max = 0;
+/* The blocks ranked (finite ones) and the Pareto list. */
+typedef struct hm_ranks {
+    rank_item *order;
+    int *best;   /* [max_extra + 1] best block per extra layers, -1 none */
+    bool *front; /* [max_extra + 1] beats every smaller block */
+    int n_ranked, n_best;
+} hm_ranks;
+
+static void ranks_free(hm_ranks *r) {
+    free(r->order);
+    free(r->best);
+    free(r->front);
+}
+
+static rp_status rank_blocks(const rp_heatmap *h, int max_extra, hm_ranks *k) {
+    memset(k, 0, sizeof *k);
+    k->order = rp_malloc(((size_t)h->n_rows + 1) * sizeof *k->order, "heatmap ranks");
+    k->best = rp_malloc(((size_t)max_extra + 1) * sizeof *k->best, "heatmap Pareto list");
+    k->front = rp_malloc(((size_t)max_extra + 1) * sizeof *k->front, "heatmap Pareto list");
+    if (!k->order || !k->best || !k->front) {
+        ranks_free(k);
+        return RP_ERR_NOMEM;
+    }
+    for (int r = 0; r < h->n_rows; r++)
+        if (isfinite(h->rows[r].delta))
+            k->order[k->n_ranked++] = (rank_item){h->sign * h->rows[r].delta, h->rows[r].extra,
+                                                  h->rows[r].i, h->rows[r].j, r};
+    qsort(k->order, (size_t)k->n_ranked, sizeof *k->order, cmp_rank);
+    k->n_best = RP_MIN(h->n_best, k->n_ranked);
+    rp_scan_pareto(h->rows, h->n_rows, h->sign, max_extra, k->best, k->front);
+    return RP_OK;
+}
+
+/* layout: title, grid with its axes, legend bar, text panel */
+static void layout(const rp_heatmap *h, int n_best, hm_layout *L) {
+    L->n = h->end - h->start;
+    L->S = 2;
+    L->cw = (RP_FONT_W + 1) * L->S;
+    L->lh = 10 * L->S;
+    L->cell = RP_MAX(8, RP_MIN(48, 576 / L->n));
+    L->grid = L->cell * L->n;
+    L->max_extra = h->max_extra > 0 ? RP_MIN(h->max_extra, L->n) : L->n;
+    L->good_max = L->bad_max = 0;
     for (int r = 0; r < h->n_rows; r++) {
         const double g = h->sign * h->rows[r].delta;
         if (!isfinite(g)) continue;
-        if (g > good_max) good_max = g;
-        if (-g > bad_max) bad_max = -g;
+        if (g > L->good_max) L->good_max = g;
+        if (-g > L->bad_max) L->bad_max = -g;
     }
-    /* ranks of the best blocks and the Pareto list */
-    rank_item *order = rp_malloc(((size_t)h->n_rows + 1) * sizeof *order, "heatmap ranks");
-    int *best = rp_malloc(((size_t)max_extra + 1) * sizeof *best, "heatmap Pareto list");
-    bool *front = rp_malloc(((size_t)max_extra + 1) * sizeof *front, "heatmap Pareto list");
-    if (!order || !best || !front) {
-        free(order);
-        free(best);
-        free(front);
-        return RP_ERR_NOMEM;
-    }
-    int n_ranked = 0;
-    for (int r = 0; r < h->n_rows; r++)
-        if (isfinite(h->rows[r].delta))
-            order[n_ranked++] = (rank_item){h->sign * h->rows[r].delta, h->rows[r].extra,
-                                            h->rows[r].i, h->rows[r].j, r};
-    qsort(order, (size_t)n_ranked, sizeof *order, cmp_rank);
-    const int n_best = RP_MIN(h->n_best, n_ranked);
-    rp_scan_pareto(h->rows, h->n_rows, h->sign, max_extra, best, front);
-
-    /* layout: title, grid with its axes, legend bar, text panel */
-    char buf[160];
-    const int M = 20;
-    const int lab_digits = h->end >= 100 ? 3 : h->end >= 10 ? 2 : 1;
-    const int ylab_w = lab_digits * cw + 8;
-    const int gx = M + ylab_w + lh + 6; /* room for the tick labels and the axis name */
-    const int y_note = M + lh + 2, y_axis = y_note + lh + 16, y_ticks = y_axis + lh + 6;
-    const int gy = y_ticks + lh + 2;
-    const int bar_x = gx + grid + 36, bar_w = 22, bar_h = RP_MIN(RP_MAX(grid, 160), 320);
-    const int bar_y = gy + lh + 4;
-    const int panel_x = bar_x + bar_w + 12 * cw;
+    const int S = L->S, cw = L->cw, lh = L->lh, M = L->M = 20;
+    L->lab_digits = h->end >= 100 ? 3 : h->end >= 10 ? 2 : 1;
+    const int ylab_w = L->lab_digits * cw + 8;
+    L->gx = M + ylab_w + lh + 6; /* room for the tick labels and the axis name */
+    L->y_note = M + lh + 2;
+    L->y_axis = L->y_note + lh + 16;
+    L->y_ticks = L->y_axis + lh + 6;
+    L->gy = L->y_ticks + lh + 2;
+    L->bar_x = L->gx + L->grid + 36;
+    L->bar_w = 22;
+    L->bar_h = RP_MIN(RP_MAX(L->grid, 160), 320);
+    L->bar_y = L->gy + lh + 4;
+    L->panel_x = L->bar_x + L->bar_w + 12 * cw;
     const int panel_chars = 30;
-    int panel_lines = 4 + n_best + max_extra;
-    int width = panel_x + panel_chars * cw + M;
-    if (h->title) width = RP_MAX(width, M + rp_text_width(h->title, S) + M);
-    if (h->note) width = RP_MAX(width, M + rp_text_width(h->note, S) + M);
-    int height = RP_MAX(gy + grid + 2 * lh + 20, gy + panel_lines * lh + M);
-    height = RP_MAX(height, bar_y + bar_h + 4 * lh + 12 + M);
-    rp_status s = rp_canvas_init(out, width, height, WHITE);
-    if (s) {
-        free(order);
-        free(best);
-        free(front);
-        return s;
-    }
-    if (h->title) rp_canvas_text(out, M, M, h->title, S, INK);
-    if (h->note) rp_canvas_text(out, M, y_note, h->note, S, GREY_TXT);
+    const int panel_lines = 4 + n_best + L->max_extra;
+    L->width = L->panel_x + panel_chars * cw + M;
+    if (h->title) L->width = RP_MAX(L->width, M + rp_text_width(h->title, S) + M);
+    if (h->note) L->width = RP_MAX(L->width, M + rp_text_width(h->note, S) + M);
+    L->height = RP_MAX(L->gy + L->grid + 2 * lh + 20, L->gy + panel_lines * lh + M);
+    L->height = RP_MAX(L->height, L->bar_y + L->bar_h + 4 * lh + 12 + M);
+}
 
-    /* axes: j across the top, i down the left; a label every `step` layers */
+/* axes: j across the top, i down the left; a label every `step` layers */
+static void draw_axes(rp_canvas *out, const rp_heatmap *h, const hm_layout *L) {
+    const int S = L->S, cell = L->cell;
+    char buf[160];
     int step = 1;
-    while (step * cell < lab_digits * cw + 4 && step < n)
+    while (step * cell < L->lab_digits * L->cw + 4 && step < L->n)
         step = step < 2 ? 2 : step < 5 ? 5 : step + 5;
-    rp_canvas_text(out, gx, y_axis, "end layer j (block [i,j) repeats)", S, INK);
+    rp_canvas_text(out, L->gx, L->y_axis, "end layer j (block [i,j) repeats)", S, INK);
     for (int jj = h->start + 1; jj <= h->end; jj++) {
         if ((jj - h->start) % step && jj != h->end) continue;
         snprintf(buf, sizeof buf, "%d", jj);
-        const int x = gx + (jj - h->start - 1) * cell + (cell - rp_text_width(buf, S)) / 2;
-        rp_canvas_text(out, x, y_ticks, buf, S, INK);
+        const int x = L->gx + (jj - h->start - 1) * cell + (cell - rp_text_width(buf, S)) / 2;
+        rp_canvas_text(out, x, L->y_ticks, buf, S, INK);
     }
     for (int ii = h->start; ii < h->end; ii++) {
         if ((ii - h->start) % step && ii != h->end - 1) continue;
         snprintf(buf, sizeof buf, "%d", ii);
-        const int y = gy + (ii - h->start) * cell + (cell - RP_FONT_H * S) / 2 + S;
-        rp_canvas_text(out, gx - 6 - rp_text_width(buf, S), y, buf, S, INK);
+        const int y = L->gy + (ii - h->start) * cell + (cell - RP_FONT_H * S) / 2 + S;
+        rp_canvas_text(out, L->gx - 6 - rp_text_width(buf, S), y, buf, S, INK);
     }
     /* the axis name of i, one letter per line down the left edge */
     static const char *const i_name = "start i";
     for (int k = 0; i_name[k]; k++) {
         char ch[2] = {i_name[k], 0};
-        rp_canvas_text(out, M, gy + k * (lh - 2), ch, S, INK);
+        rp_canvas_text(out, L->M, L->gy + k * (L->lh - 2), ch, S, INK);
     }
+}
 
-    /* cells */
+static void draw_cells(rp_canvas *out, const rp_heatmap *h, const hm_layout *L) {
+    const int cell = L->cell;
     const bool annotate = cell >= 5 * (RP_FONT_W + 1) + 6;
+    char buf[160];
     for (int ii = h->start; ii < h->end; ii++)
         for (int jj = ii + 1; jj <= h->end; jj++) {
-            if (jj - ii > max_extra) continue;
-            const int x = gx + (jj - h->start - 1) * cell, y = gy + (ii - h->start) * cell;
+            if (jj - ii > L->max_extra) continue;
+            const int x = L->gx + (jj - h->start - 1) * cell, y = L->gy + (ii - h->start) * cell;
             const rp_scan_row *row = NULL;
             for (int r = 0; r < h->n_rows && !row; r++)
                 if (h->rows[r].i == ii && h->rows[r].j == jj) row = &h->rows[r];
             const rp_rgb col =
-                row ? rp_heatmap_colour(row->delta, h->sign, good_max, bad_max) : MISSING;
+                row ? rp_heatmap_colour(row->delta, h->sign, L->good_max, L->bad_max) : MISSING;
             rp_canvas_rect(out, x, y, cell, cell, col);
             rp_canvas_frame(out, x, y, cell + 1, cell + 1, 1, GRID);
             if (row && annotate) {
@@ -196,54 +223,47 @@ rp_status rp_heatmap_draw(const rp_heatmap *h, rp_canvas *out) {
                                y + cell - RP_FONT_H - 4, buf, 1, dark(col) ? WHITE : INK);
             }
         }
-    /* the best blocks: outlined, ranked */
-    for (int k = n_best - 1; k >= 0; k--) {
-        const rp_scan_row *row = &h->rows[order[k].idx];
+}
+
+/* the best blocks: outlined, ranked */
+static void draw_best(rp_canvas *out, const rp_heatmap *h, const hm_layout *L, const hm_ranks *k) {
+    const int cell = L->cell;
+    char buf[32];
+    for (int r = k->n_best - 1; r >= 0; r--) {
+        const rp_scan_row *row = &h->rows[k->order[r].idx];
         if (row->i < h->start || row->j > h->end) continue;
-        const int x = gx + (row->j - h->start - 1) * cell, y = gy + (row->i - h->start) * cell;
+        const int x = L->gx + (row->j - h->start - 1) * cell,
+                  y = L->gy + (row->i - h->start) * cell;
         /* black outside, white inside: visible on the darkest blue and red */
         const int t = RP_MAX(2, cell / 12);
         rp_canvas_frame(out, x - 1, y - 1, cell + 3, cell + 3, t, INK);
         rp_canvas_frame(out, x - 1 + t, y - 1 + t, cell + 3 - 2 * t, cell + 3 - 2 * t, 1, WHITE);
-        snprintf(buf, sizeof buf, "%d", k + 1);
-        const rp_rgb col = rp_heatmap_colour(row->delta, h->sign, good_max, bad_max);
+        snprintf(buf, sizeof buf, "%d", r + 1);
+        const rp_rgb col = rp_heatmap_colour(row->delta, h->sign, L->good_max, L->bad_max);
         const int ts = cell >= 24 ? 2 : 1;
         rp_canvas_text(out, x + RP_MAX(3, cell / 10), y + RP_MAX(3, cell / 10), buf, ts,
                        dark(col) ? WHITE : INK);
     }
+}
 
-    /* legend: the bar from worse (top) through zero to better (bottom) */
-    rp_canvas_text(out, bar_x, gy - lh, h->unit ? h->unit : "change", S, INK);
-    const bool has_good = good_max > 0, has_bad = bad_max > 0;
-    const int zero_y = has_good && has_bad ? bar_y + bar_h / 2
-                       : has_bad           ? bar_y + bar_h - 1
-                                           : bar_y;
-    for (int y = bar_y; y < bar_y + bar_h; y++) {
-        double d;
-        if (y < zero_y) {
-            const double t = (double)(zero_y - y) / (double)(zero_y - bar_y);
-            d = -h->sign * bad_max * t * t;
-        } else {
-            const double span = (double)(bar_y + bar_h - 1 - zero_y);
-            const double t = span > 0 ? (double)(y - zero_y) / span : 0;
-            d = h->sign * good_max * t * t;
-        }
-        rp_canvas_rect(out, bar_x, y, bar_w, 1, rp_heatmap_colour(d, h->sign, good_max, bad_max));
-    }
-    rp_canvas_frame(out, bar_x - 1, bar_y - 1, bar_w + 2, bar_h + 2, 1, GREY_TXT);
-    /* ticks at the ends, at zero and halfway along the colour ramp */
+/* the bar's ticks: at the ends, at zero and halfway along the colour ramp */
+static void draw_ticks(rp_canvas *out, const rp_heatmap *h, const hm_layout *L, int zero_y) {
+    const int S = L->S, lh = L->lh, bar_x = L->bar_x, bar_y = L->bar_y, bar_w = L->bar_w,
+              bar_h = L->bar_h;
+    const bool has_good = L->good_max > 0, has_bad = L->bad_max > 0;
     struct {
         int y;
         double v;
         bool on;
     } ticks[5] = {
-        {bar_y, -h->sign * bad_max, has_bad},
-        {(bar_y + zero_y) / 2, -h->sign * bad_max / 4, has_bad && zero_y - bar_y > 3 * lh},
+        {bar_y, -h->sign * L->bad_max, has_bad},
+        {(bar_y + zero_y) / 2, -h->sign * L->bad_max / 4, has_bad && zero_y - bar_y > 3 * lh},
         {zero_y, 0.0, true},
-        {(zero_y + bar_y + bar_h - 1) / 2, h->sign * good_max / 4,
+        {(zero_y + bar_y + bar_h - 1) / 2, h->sign * L->good_max / 4,
          has_good && bar_y + bar_h - zero_y > 3 * lh},
-        {bar_y + bar_h - 1, h->sign * good_max, has_good},
+        {bar_y + bar_h - 1, h->sign * L->good_max, has_good},
     };
+    char buf[32];
     for (int k = 0; k < 5; k++) {
         if (!ticks[k].on) continue;
         rp_canvas_rect(out, bar_x + bar_w, ticks[k].y, 6, 1, INK);
@@ -255,7 +275,33 @@ rp_status rp_heatmap_draw(const rp_heatmap *h, rp_canvas *out) {
         ty = RP_MAX(bar_y - S * 2, RP_MIN(ty, bar_y + bar_h - RP_FONT_H * S + 2 * S));
         rp_canvas_text(out, bar_x + bar_w + 10, ty, buf, S, INK);
     }
-    /* the key under the bar: only what the map holds */
+}
+
+/* legend: the bar from worse (top) through zero to better (bottom), then the
+ * key under it (only what the map holds) */
+static void draw_legend(rp_canvas *out, const rp_heatmap *h, const hm_layout *L, int n_ranked) {
+    const int S = L->S, cw = L->cw, lh = L->lh, bar_x = L->bar_x, bar_y = L->bar_y,
+              bar_w = L->bar_w, bar_h = L->bar_h;
+    rp_canvas_text(out, bar_x, L->gy - lh, h->unit ? h->unit : "change", S, INK);
+    const bool has_good = L->good_max > 0, has_bad = L->bad_max > 0;
+    const int zero_y = has_good && has_bad ? bar_y + bar_h / 2
+                       : has_bad           ? bar_y + bar_h - 1
+                                           : bar_y;
+    for (int y = bar_y; y < bar_y + bar_h; y++) {
+        double d;
+        if (y < zero_y) {
+            const double t = (double)(zero_y - y) / (double)(zero_y - bar_y);
+            d = -h->sign * L->bad_max * t * t;
+        } else {
+            const double span = (double)(bar_y + bar_h - 1 - zero_y);
+            const double t = span > 0 ? (double)(y - zero_y) / span : 0;
+            d = h->sign * L->good_max * t * t;
+        }
+        rp_canvas_rect(out, bar_x, y, bar_w, 1,
+                       rp_heatmap_colour(d, h->sign, L->good_max, L->bad_max));
+    }
+    rp_canvas_frame(out, bar_x - 1, bar_y - 1, bar_w + 2, bar_h + 2, 1, GREY_TXT);
+    draw_ticks(out, h, L, zero_y);
     int ky = bar_y + bar_h + 8;
     if (has_good) {
         rp_canvas_text(out, bar_x - 4, ky, "blue: better", S, INK);
@@ -273,37 +319,64 @@ rp_status rp_heatmap_draw(const rp_heatmap *h, rp_canvas *out) {
         rp_canvas_rect(out, bar_x - 4, ky + 2, 2 * cw, lh - 6, NONFINITE);
         rp_canvas_text(out, bar_x - 4 + 2 * cw + 8, ky, "not finite", S, INK);
     }
+}
 
-    /* panel: best blocks, then the Pareto list */
-    int py = gy - lh;
+/* panel: best blocks, then the Pareto list */
+static void draw_panel(rp_canvas *out, const rp_heatmap *h, const hm_layout *L, const hm_ranks *k) {
+    const int S = L->S, lh = L->lh, panel_x = L->panel_x;
+    char buf[160];
+    int py = L->gy - lh;
     rp_canvas_text(out, panel_x, py, "best blocks", S, INK);
     py += lh + 4;
-    for (int k = 0; k < n_best; k++, py += lh) {
-        const rp_scan_row *row = &h->rows[order[k].idx];
+    for (int r = 0; r < k->n_best; r++, py += lh) {
+        const rp_scan_row *row = &h->rows[k->order[r].idx];
         char v[32];
         long_value(v, sizeof v, row->delta);
-        snprintf(buf, sizeof buf, "%d. %d,%d (+%d) %s", k + 1, row->i, row->j, row->extra, v);
+        snprintf(buf, sizeof buf, "%d. %d,%d (+%d) %s", r + 1, row->i, row->j, row->extra, v);
         rp_canvas_text(out, panel_x, py, buf, S, INK);
     }
     py += lh / 2;
     rp_canvas_text(out, panel_x, py, "best per extra layers", S, INK);
     py += lh + 4;
-    for (int k = 1; k <= max_extra; k++) {
-        if (best[k] < 0) continue;
-        const rp_scan_row *row = &h->rows[best[k]];
+    for (int e = 1; e <= L->max_extra; e++) {
+        if (k->best[e] < 0) continue;
+        const rp_scan_row *row = &h->rows[k->best[e]];
         char v[32];
         long_value(v, sizeof v, row->delta);
-        snprintf(buf, sizeof buf, "+%-2d %d,%d %s%s", k, row->i, row->j, v, front[k] ? " *" : "");
-        rp_canvas_text(out, panel_x, py, buf, S, front[k] ? INK : GREY_TXT);
+        snprintf(buf, sizeof buf, "+%-2d %d,%d %s%s", e, row->i, row->j, v,
+                 k->front[e] ? " *" : "");
+        rp_canvas_text(out, panel_x, py, buf, S, k->front[e] ? INK : GREY_TXT);
         py += lh;
     }
     bool any_front = false;
-    for (int k = 1; k <= max_extra; k++) any_front |= front[k];
+    for (int e = 1; e <= L->max_extra; e++) any_front |= k->front[e];
     rp_canvas_text(out, panel_x, py + 4,
                    any_front ? "* beats every smaller block" : "(no block beats the identity)", S,
                    GREY_TXT);
-    free(order);
-    free(best);
-    free(front);
+}
+
+rp_status rp_heatmap_draw(const rp_heatmap *h, rp_canvas *out) {
+    memset(out, 0, sizeof *out);
+    const int n = h->end - h->start;
+    if (h->start < 0 || n < 1 || n > RP_MAX_LAYERS)
+        return rp_fail(RP_ERR_INVALID_ARG, "heatmap: layer range %d..%d", h->start, h->end);
+    hm_layout L;
+    hm_ranks k;
+    const int max_extra = h->max_extra > 0 ? RP_MIN(h->max_extra, n) : n;
+    rp_status s = rank_blocks(h, max_extra, &k);
+    if (s) return s;
+    layout(h, k.n_best, &L);
+    if ((s = rp_canvas_init(out, L.width, L.height, WHITE))) {
+        ranks_free(&k);
+        return s;
+    }
+    if (h->title) rp_canvas_text(out, L.M, L.M, h->title, L.S, INK);
+    if (h->note) rp_canvas_text(out, L.M, L.y_note, h->note, L.S, GREY_TXT);
+    draw_axes(out, h, &L);
+    draw_cells(out, h, &L);
+    draw_best(out, h, &L, &k);
+    draw_legend(out, h, &L, k.n_ranked);
+    draw_panel(out, h, &L, &k);
+    ranks_free(&k);
     return RP_OK;
 }

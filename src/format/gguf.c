@@ -320,47 +320,47 @@ static const char *tensor_name_of(const void *ctx, uint64_t i) {
     return ((const rp_gguf *)ctx)->tensors[i].name;
 }
 
-static rp_status parse(rp_gguf *g) {
-    cursor c = {.g = g};
+/* Magic, version and the two counts; the tables sized from them. */
+static rp_status parse_header(cursor *c, rp_gguf *g) {
     rp_status s;
     uint32_t magic, version;
-    snprintf(c.where, sizeof c.where, "header");
-    if ((s = cur_u32(&c, &magic, "magic"))) return s;
+    snprintf(c->where, sizeof c->where, "header");
+    if ((s = cur_u32(c, &magic, "magic"))) return s;
     if (magic != RP_GGUF_MAGIC) {
-        c.pos = 0;
-        return cur_fail(&c, "not a GGUF file (magic %02x %02x %02x %02x, expected 'GGUF')",
+        c->pos = 0;
+        return cur_fail(c, "not a GGUF file (magic %02x %02x %02x %02x, expected 'GGUF')",
                         magic & 0xff, (magic >> 8) & 0xff, (magic >> 16) & 0xff, magic >> 24);
     }
-    if ((s = cur_u32(&c, &version, "version"))) return s;
+    if ((s = cur_u32(c, &version, "version"))) return s;
     if (version == 0x02000000u || version == 0x03000000u) {
-        c.pos = 4;
+        c->pos = 4;
         return rp_fail(RP_ERR_UNSUPPORTED,
                        "%s: big-endian GGUF (version field reads %u byte-swapped); reprise reads "
                        "little-endian files only",
                        g->path[0] ? g->path : "GGUF buffer", version >> 24);
     }
     if (version == 1) {
-        c.pos = 4;
+        c->pos = 4;
         return rp_fail(RP_ERR_UNSUPPORTED, "%s: GGUF version 1 is not supported (use v2 or v3)",
                        g->path[0] ? g->path : "GGUF buffer");
     }
     if (version != 2 && version != 3) {
-        c.pos = 4;
-        return cur_fail(&c, "unknown GGUF version %u (expected 2 or 3)", version);
+        c->pos = 4;
+        return cur_fail(c, "unknown GGUF version %u (expected 2 or 3)", version);
     }
     g->version = version;
-    if ((s = cur_u64(&c, &g->n_tensors, "tensor count"))) return s;
-    if ((s = cur_u64(&c, &g->n_kv, "key/value count"))) return s;
+    if ((s = cur_u64(c, &g->n_tensors, "tensor count"))) return s;
+    if ((s = cur_u64(c, &g->n_kv, "key/value count"))) return s;
     /* Each kv takes at least 8+1+4 bytes and each tensor info 8+1+4+8+4+8. */
-    uint64_t left = g->size - c.pos;
+    uint64_t left = g->size - c->pos;
     if (g->n_kv > left / 13) {
-        c.pos = 16;
-        return cur_fail(&c, "key/value count %" PRIu64 " cannot fit in a file of %" PRIu64 " bytes",
+        c->pos = 16;
+        return cur_fail(c, "key/value count %" PRIu64 " cannot fit in a file of %" PRIu64 " bytes",
                         g->n_kv, g->size);
     }
     if (g->n_tensors > left / 33) {
-        c.pos = 8;
-        return cur_fail(&c, "tensor count %" PRIu64 " cannot fit in a file of %" PRIu64 " bytes",
+        c->pos = 8;
+        return cur_fail(c, "tensor count %" PRIu64 " cannot fit in a file of %" PRIu64 " bytes",
                         g->n_tensors, g->size);
     }
     g->kvs = rp_calloc((size_t)g->n_kv + 1, sizeof *g->kvs, "GGUF key table");
@@ -368,119 +368,134 @@ static rp_status parse(rp_gguf *g) {
     if (!g->kvs || !g->tensors) return RP_ERR_NOMEM;
     if (!index_init(&g->kv_index, g->n_kv) || !index_init(&g->tensor_index, g->n_tensors))
         return RP_ERR_NOMEM;
-
     g->alignment = RP_GGUF_DEFAULT_ALIGNMENT;
-    for (uint64_t i = 0; i < g->n_kv; i++) {
-        rp_gguf_kv *kv = &g->kvs[i];
-        snprintf(c.where, sizeof c.where, "key/value #%" PRIu64, i);
-        kv->offset = c.pos;
-        if ((s = cur_str(&c, &kv->key, NULL, "key"))) return s;
-        if (!kv->key[0]) {
-            c.pos = kv->offset;
-            return cur_fail(&c, "empty key");
-        }
-        if (strlen(kv->key) != c.pos - kv->offset - 8) {
-            c.pos = kv->offset;
-            return cur_fail(&c, "key contains a NUL byte");
-        }
-        snprintf(c.where, sizeof c.where, "key '%.120s'", kv->key);
-        uint32_t type;
-        uint64_t at = c.pos;
-        if ((s = cur_u32(&c, &type, "value type"))) return s;
-        if (type >= RP_GGUF_TYPE_COUNT) {
-            c.pos = at;
-            return cur_fail(&c, "value type %u is not a GGUF value type (0..12)", type);
-        }
-        if ((s = read_value(&c, type, &kv->val, 0))) return s;
-        int64_t dup = index_put(&g->kv_index, kv->key, i, kv_name_of, g);
-        if (dup >= 0) {
-            c.pos = kv->offset;
-            return cur_fail(&c, "duplicate key (first defined as key/value #%" PRId64 ")", dup);
-        }
-        if (strcmp(kv->key, "general.alignment") == 0) {
-            if (type != RP_GGUF_UINT32 || kv->val.u == 0 || (kv->val.u & (kv->val.u - 1))) {
-                c.pos = kv->val.offset;
-                return cur_fail(&c, "general.alignment must be a u32 power of two (type %s)",
-                                rp_gguf_type_name((int)type));
-            }
-            g->alignment = kv->val.u;
-        }
-    }
+    return RP_OK;
+}
 
-    for (uint64_t i = 0; i < g->n_tensors; i++) {
-        rp_gguf_tensor *t = &g->tensors[i];
-        snprintf(c.where, sizeof c.where, "tensor info #%" PRIu64, i);
-        t->info_offset = c.pos;
-        if ((s = cur_str(&c, &t->name, NULL, "tensor name"))) return s;
-        if (!t->name[0] || strlen(t->name) != c.pos - t->info_offset - 8) {
-            c.pos = t->info_offset;
-            return cur_fail(&c, "tensor name is empty or contains a NUL byte");
-        }
-        snprintf(c.where, sizeof c.where, "tensor '%.120s'", t->name);
-        uint64_t at = c.pos;
-        if ((s = cur_u32(&c, &t->n_dims, "dimension count"))) return s;
-        if (t->n_dims < 1 || t->n_dims > RP_GGUF_MAX_DIMS) {
-            c.pos = at;
-            return cur_fail(&c, "%u dimensions (expected 1..%d)", t->n_dims, RP_GGUF_MAX_DIMS);
-        }
-        uint64_t n_elem = 1;
-        for (int d = 0; d < RP_GGUF_MAX_DIMS; d++) t->ne[d] = 1;
-        for (uint32_t d = 0; d < t->n_dims; d++) {
-            uint64_t ne;
-            at = c.pos;
-            if ((s = cur_u64(&c, &ne, "dimension"))) return s;
-            if (ne > (uint64_t)INT64_MAX || !rp_mul_u64(n_elem, ne, &n_elem) ||
-                n_elem > (uint64_t)INT64_MAX) {
-                c.pos = at;
-                return cur_fail(&c, "dimension %u = %" PRIu64 " overflows the element count", d,
-                                ne);
-            }
-            t->ne[d] = (int64_t)ne;
-        }
-        at = c.pos;
-        if ((s = cur_u32(&c, &t->type, "tensor type"))) return s;
-        const rp_type_traits *tt = rp_type_get((int)t->type);
-        if (!tt) {
-            c.pos = at;
-            return cur_fail(&c, "unknown tensor type id %u", t->type);
-        }
-        if (t->ne[0] % tt->blck_size) {
-            c.pos = at;
-            return cur_fail(&c, "row length %" PRId64 " is not a multiple of %s's block size %d",
-                            t->ne[0], tt->name, tt->blck_size);
-        }
-        uint64_t nbytes = rp_row_size((int)t->type, t->ne[0]);
-        for (int d = 1; d < RP_GGUF_MAX_DIMS; d++)
-            if (!rp_mul_u64(nbytes, (uint64_t)t->ne[d], &nbytes)) {
-                c.pos = at;
-                return cur_fail(&c, "byte size overflows");
-            }
-        t->nbytes = nbytes;
-        at = c.pos;
-        if ((s = cur_u64(&c, &t->offset, "data offset"))) return s;
-        if (t->offset % g->alignment) {
-            c.pos = at;
-            return cur_fail(&c,
-                            "data offset %" PRIu64 " is not a multiple of the alignment %" PRIu64,
-                            t->offset, g->alignment);
-        }
-        int64_t dup = index_put(&g->tensor_index, t->name, i, tensor_name_of, g);
-        if (dup >= 0) {
-            c.pos = t->info_offset;
-            return cur_fail(&c, "duplicate tensor name (first is tensor #%" PRId64 ")", dup);
-        }
+/* Key/value #i (general.alignment is taken as it passes). */
+static rp_status parse_kv(cursor *c, rp_gguf *g, uint64_t i) {
+    rp_status s;
+    rp_gguf_kv *kv = &g->kvs[i];
+    snprintf(c->where, sizeof c->where, "key/value #%" PRIu64, i);
+    kv->offset = c->pos;
+    if ((s = cur_str(c, &kv->key, NULL, "key"))) return s;
+    if (!kv->key[0]) {
+        c->pos = kv->offset;
+        return cur_fail(c, "empty key");
     }
+    if (strlen(kv->key) != c->pos - kv->offset - 8) {
+        c->pos = kv->offset;
+        return cur_fail(c, "key contains a NUL byte");
+    }
+    snprintf(c->where, sizeof c->where, "key '%.120s'", kv->key);
+    uint32_t type;
+    uint64_t at = c->pos;
+    if ((s = cur_u32(c, &type, "value type"))) return s;
+    if (type >= RP_GGUF_TYPE_COUNT) {
+        c->pos = at;
+        return cur_fail(c, "value type %u is not a GGUF value type (0..12)", type);
+    }
+    if ((s = read_value(c, type, &kv->val, 0))) return s;
+    int64_t dup = index_put(&g->kv_index, kv->key, i, kv_name_of, g);
+    if (dup >= 0) {
+        c->pos = kv->offset;
+        return cur_fail(c, "duplicate key (first defined as key/value #%" PRId64 ")", dup);
+    }
+    if (strcmp(kv->key, "general.alignment") == 0) {
+        if (type != RP_GGUF_UINT32 || kv->val.u == 0 || (kv->val.u & (kv->val.u - 1))) {
+            c->pos = kv->val.offset;
+            return cur_fail(c, "general.alignment must be a u32 power of two (type %s)",
+                            rp_gguf_type_name((int)type));
+        }
+        g->alignment = kv->val.u;
+    }
+    return RP_OK;
+}
 
-    c.where[0] = 0;
-    g->data_offset = rp_align_up(c.pos, g->alignment);
+/* The dimensions of tensor info t, overflow-checked. */
+static rp_status parse_dims(cursor *c, rp_gguf_tensor *t) {
+    rp_status s;
+    uint64_t at = c->pos;
+    if ((s = cur_u32(c, &t->n_dims, "dimension count"))) return s;
+    if (t->n_dims < 1 || t->n_dims > RP_GGUF_MAX_DIMS) {
+        c->pos = at;
+        return cur_fail(c, "%u dimensions (expected 1..%d)", t->n_dims, RP_GGUF_MAX_DIMS);
+    }
+    uint64_t n_elem = 1;
+    for (int d = 0; d < RP_GGUF_MAX_DIMS; d++) t->ne[d] = 1;
+    for (uint32_t d = 0; d < t->n_dims; d++) {
+        uint64_t ne;
+        at = c->pos;
+        if ((s = cur_u64(c, &ne, "dimension"))) return s;
+        if (ne > (uint64_t)INT64_MAX || !rp_mul_u64(n_elem, ne, &n_elem) ||
+            n_elem > (uint64_t)INT64_MAX) {
+            c->pos = at;
+            return cur_fail(c, "dimension %u = %" PRIu64 " overflows the element count", d, ne);
+        }
+        t->ne[d] = (int64_t)ne;
+    }
+    return RP_OK;
+}
+
+/* Tensor info #i: name, shape, type (its byte size), data offset. */
+static rp_status parse_tensor_info(cursor *c, rp_gguf *g, uint64_t i) {
+    rp_status s;
+    rp_gguf_tensor *t = &g->tensors[i];
+    snprintf(c->where, sizeof c->where, "tensor info #%" PRIu64, i);
+    t->info_offset = c->pos;
+    if ((s = cur_str(c, &t->name, NULL, "tensor name"))) return s;
+    if (!t->name[0] || strlen(t->name) != c->pos - t->info_offset - 8) {
+        c->pos = t->info_offset;
+        return cur_fail(c, "tensor name is empty or contains a NUL byte");
+    }
+    snprintf(c->where, sizeof c->where, "tensor '%.120s'", t->name);
+    if ((s = parse_dims(c, t))) return s;
+    uint64_t at = c->pos;
+    if ((s = cur_u32(c, &t->type, "tensor type"))) return s;
+    const rp_type_traits *tt = rp_type_get((int)t->type);
+    if (!tt) {
+        c->pos = at;
+        return cur_fail(c, "unknown tensor type id %u", t->type);
+    }
+    if (t->ne[0] % tt->blck_size) {
+        c->pos = at;
+        return cur_fail(c, "row length %" PRId64 " is not a multiple of %s's block size %d",
+                        t->ne[0], tt->name, tt->blck_size);
+    }
+    uint64_t nbytes = rp_row_size((int)t->type, t->ne[0]);
+    for (int d = 1; d < RP_GGUF_MAX_DIMS; d++)
+        if (!rp_mul_u64(nbytes, (uint64_t)t->ne[d], &nbytes)) {
+            c->pos = at;
+            return cur_fail(c, "byte size overflows");
+        }
+    t->nbytes = nbytes;
+    at = c->pos;
+    if ((s = cur_u64(c, &t->offset, "data offset"))) return s;
+    if (t->offset % g->alignment) {
+        c->pos = at;
+        return cur_fail(c, "data offset %" PRIu64 " is not a multiple of the alignment %" PRIu64,
+                        t->offset, g->alignment);
+    }
+    int64_t dup = index_put(&g->tensor_index, t->name, i, tensor_name_of, g);
+    if (dup >= 0) {
+        c->pos = t->info_offset;
+        return cur_fail(c, "duplicate tensor name (first is tensor #%" PRId64 ")", dup);
+    }
+    return RP_OK;
+}
+
+/* The data section after the infos: every tensor's bytes inside the file. */
+static rp_status place_data(cursor *c, rp_gguf *g) {
+    c->where[0] = 0;
+    g->data_offset = rp_align_up(c->pos, g->alignment);
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         rp_gguf_tensor *t = &g->tensors[i];
         uint64_t start, end;
         if (!rp_add_u64(g->data_offset, t->offset, &start) || !rp_add_u64(start, t->nbytes, &end) ||
             end > g->size) {
-            c.pos = t->info_offset;
-            snprintf(c.where, sizeof c.where, "tensor '%.120s'", t->name);
-            return cur_fail(&c,
+            c->pos = t->info_offset;
+            snprintf(c->where, sizeof c->where, "tensor '%.120s'", t->name);
+            return cur_fail(c,
                             "data [%" PRIu64 ", +%" PRIu64 ") lies beyond the end of the file "
                             "(%" PRIu64 " bytes, data section starts at %" PRIu64 ")",
                             t->offset, t->nbytes, g->size, g->data_offset);
@@ -488,6 +503,14 @@ static rp_status parse(rp_gguf *g) {
         t->data = g->base + start;
     }
     return RP_OK;
+}
+
+static rp_status parse(rp_gguf *g) {
+    cursor c = {.g = g};
+    rp_status s = parse_header(&c, g);
+    for (uint64_t i = 0; !s && i < g->n_kv; i++) s = parse_kv(&c, g, i);
+    for (uint64_t i = 0; !s && i < g->n_tensors; i++) s = parse_tensor_info(&c, g, i);
+    return s ? s : place_data(&c, g);
 }
 
 static rp_status open_common(rp_gguf *g, rp_gguf **out) {

@@ -91,6 +91,18 @@ typedef struct rp_attn_split {
 } rp_attn_split;
 typedef void (*rp_attn_split_fn)(const rp_attn_split *a, float *m, float *l, float *o, size_t ldo);
 
+/* Gated delta-net (src/kernels/ops_delta.c drives them). delta_token: one
+ * token of one head, S [d][d] (rows over v, k contiguous), in two sweeps:
+ * delta_j = (v_j - decay (S_j . k)) beta;  S_j = decay S_j + delta_j k;
+ * o_j = scale (S_j . q); delta is d floats of scratch. conv_token: channels
+ * [c0, c1) of one token of the causal conv1d + SiLU (the contract of
+ * rp_conv1d_silu, x one row, h one sequence's state). */
+typedef void (*rp_delta_token_fn)(float *S, int d, float decay, float beta, const float *q,
+                                  const float *k, const float *v, float scale, float *o,
+                                  float *delta);
+typedef void (*rp_conv_token_fn)(float *x, float *h, const float *w, int k, int channels, long c0,
+                                 long c1);
+
 typedef struct rp_kernels {
     rp_isa isa;
     rp_vec_dot_fn vec_dot[RP_TYPE_COUNT];     /* by weight type */
@@ -107,6 +119,9 @@ typedef struct rp_kernels {
     void (*f32_to_f16)(const float *x, uint16_t *y, int n);
     /* optional: attention over a split of keys (see rp_attn_split) */
     rp_attn_split_fn attn_split;
+    /* gated delta-net: the delta rule and the conv, per token */
+    rp_delta_token_fn delta_token;
+    rp_conv_token_fn conv_token;
 } rp_kernels;
 
 /* The table for the running CPU (rp_cpu_isa()), built once. */
@@ -115,6 +130,11 @@ const rp_kernels *rp_kern(void);
 const rp_kernels *rp_kern_for(rp_isa isa);
 
 void rp_kernels_fill_ref(rp_kernels *k);
+/* The scalar twins a SIMD kernel hands what it does not cover (a tail of
+ * channels, a head width it has no path for). */
+void rp_delta_token_ref(float *S, int d, float decay, float beta, const float *q, const float *k,
+                        const float *v, float scale, float *o, float *delta);
+void rp_conv_token_ref(float *x, float *h, const float *w, int k, int channels, long c0, long c1);
 void rp_kernels_fill_avx2(rp_kernels *k);
 void rp_kernels_fill_avx512(rp_kernels *k);
 

@@ -329,6 +329,43 @@ static void vec_dot_iq4_xs_ref(int n, float *s, const void *w, const void *x) {
     *s = rp_hsum8_ref(acc);
 }
 
+/* ---- gated delta-net ------------------------------------------------------ */
+
+void rp_conv_token_ref(float *x, float *h, const float *w, int k, int channels, long c0, long c1) {
+    const size_t ch = (size_t)channels;
+    for (long c = c0; c < c1; c++) {
+        const float xc = x[c];
+        float acc = w[(size_t)(k - 1) * ch + (size_t)c] * xc;
+        for (int i = 0; i < k - 1; i++)
+            acc += w[(size_t)i * ch + (size_t)c] * h[(size_t)i * ch + (size_t)c];
+        for (int i = 0; i + 1 < k - 1; i++)
+            h[(size_t)i * ch + (size_t)c] = h[(size_t)(i + 1) * ch + (size_t)c];
+        if (k > 1) h[(size_t)(k - 2) * ch + (size_t)c] = xc;
+        x[c] = acc / (1.0f + expf(-acc)); /* SiLU */
+    }
+}
+
+void rp_delta_token_ref(float *S, int d, float decay, float beta, const float *q, const float *k,
+                        const float *v, float scale, float *o, float *delta) {
+    /* what the decayed state predicts for k, and the correction along it */
+    for (int j = 0; j < d; j++) {
+        const float *row = S + (size_t)j * (size_t)d;
+        float sk = 0.0f;
+        for (int i = 0; i < d; i++) sk += row[i] * k[i];
+        delta[j] = (v[j] - decay * sk) * beta;
+    }
+    /* decay, write the correction, read with q: one sweep */
+    for (int j = 0; j < d; j++) {
+        float *row = S + (size_t)j * (size_t)d;
+        float oj = 0.0f;
+        for (int i = 0; i < d; i++) {
+            row[i] = row[i] * decay + delta[j] * k[i];
+            oj += row[i] * q[i];
+        }
+        o[j] = oj * scale;
+    }
+}
+
 void rp_kernels_fill_ref(rp_kernels *k) {
     k->vec_dot[RP_TYPE_F32] = vec_dot_f32_ref;
     k->vec_dot[RP_TYPE_F16] = vec_dot_f16_ref;
@@ -353,4 +390,6 @@ void rp_kernels_fill_ref(rp_kernels *k) {
     k->dot_f16_f32 = dot_f16_f32_ref;
     k->axpy_f16 = axpy_f16_ref;
     k->f32_to_f16 = f32_to_f16_ref;
+    k->delta_token = rp_delta_token_ref;
+    k->conv_token = rp_conv_token_ref;
 }

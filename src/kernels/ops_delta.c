@@ -1,4 +1,5 @@
 #include "kernels/ops_delta.h"
+#include "kernels/kernels.h"
 #include "base/cpu.h"
 #include "base/threads.h"
 #include "base/util.h"
@@ -11,20 +12,6 @@ static inline float silu(float x) {
 }
 
 /* ---- causal conv1d + SiLU ------------------------------------------------ */
-
-void rp_conv_token_ref(float *x, float *h, const float *w, int k, int channels, long c0, long c1) {
-    const size_t ch = (size_t)channels;
-    for (long c = c0; c < c1; c++) {
-        const float xc = x[c];
-        float acc = w[(size_t)(k - 1) * ch + (size_t)c] * xc;
-        for (int i = 0; i < k - 1; i++)
-            acc += w[(size_t)i * ch + (size_t)c] * h[(size_t)i * ch + (size_t)c];
-        for (int i = 0; i + 1 < k - 1; i++)
-            h[(size_t)i * ch + (size_t)c] = h[(size_t)(i + 1) * ch + (size_t)c];
-        if (k > 1) h[(size_t)(k - 2) * ch + (size_t)c] = xc;
-        x[c] = silu(acc);
-    }
-}
 
 typedef struct conv_job {
     float *x;
@@ -47,8 +34,7 @@ static void conv_task(void *arg, int ith, int nth) {
 
 void rp_conv1d_silu_isa(rp_compute *cc, float *x, int n_tok, int stride, int channels,
                         const float *w, int k, float *const *st, int isa) {
-    conv_job j = {x, n_tok, stride, channels,
-                  k, w,     st,     isa >= RP_ISA_AVX2 ? rp_conv_token_avx2 : rp_conv_token_ref};
+    conv_job j = {x, n_tok, stride, channels, k, w, st, rp_kern_for((rp_isa)isa)->conv_token};
     rp_pool_run(cc->pool, conv_task, &j);
 }
 
@@ -99,27 +85,6 @@ void rp_rmsnorm_gated(float *o, const float *w, const float *z, int head_dim, in
 
 #define DELTA_MAX_D RP_DELTA_MAX_D
 
-void rp_delta_token_ref(float *S, int d, float decay, float beta, const float *q, const float *k,
-                        const float *v, float scale, float *o, float *delta) {
-    /* what the decayed state predicts for k, and the correction along it */
-    for (int j = 0; j < d; j++) {
-        const float *row = S + (size_t)j * (size_t)d;
-        float sk = 0.0f;
-        for (int i = 0; i < d; i++) sk += row[i] * k[i];
-        delta[j] = (v[j] - decay * sk) * beta;
-    }
-    /* decay, write the correction, read with q: one sweep */
-    for (int j = 0; j < d; j++) {
-        float *row = S + (size_t)j * (size_t)d;
-        float oj = 0.0f;
-        for (int i = 0; i < d; i++) {
-            row[i] = row[i] * decay + delta[j] * k[i];
-            oj += row[i] * q[i];
-        }
-        o[j] = oj * scale;
-    }
-}
-
 typedef struct delta_job {
     const rp_delta_args *a;
     rp_delta_token_fn fn;
@@ -145,8 +110,7 @@ static void delta_task(void *arg, int ith, int nth) {
 
 void rp_gated_delta_isa(rp_compute *cc, const rp_delta_args *a, int isa) {
     RP_ASSERT(a->d >= 1 && a->d <= DELTA_MAX_D && a->n_head_k >= 1);
-    delta_job j = {a,
-                   isa >= RP_ISA_AVX2 && a->d % 8 == 0 ? rp_delta_token_avx2 : rp_delta_token_ref};
+    delta_job j = {a, rp_kern_for((rp_isa)isa)->delta_token};
     rp_pool_run_n(cc->pool, RP_MIN(rp_pool_size(cc->pool), a->n_head_v), delta_task, &j);
 }
 

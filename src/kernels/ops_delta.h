@@ -59,26 +59,6 @@ typedef struct rp_delta_args {
  * Heads run in parallel on the pool; each head scans the batch in order. */
 void rp_gated_delta(rp_compute *cc, const rp_delta_args *a);
 
-/* ---- per-ISA kernels (rp_cpu_isa() picks; tests run each level) ---------- */
-
-/* One token of one head: S [d][d] (rows over v, k contiguous), in two sweeps:
- * delta_j = (v_j - decay (S_j . k)) beta;  S_j = decay S_j + delta_j k;
- * o_j = scale (S_j . q). delta is d floats of scratch. */
-typedef void (*rp_delta_token_fn)(float *S, int d, float decay, float beta, const float *q,
-                                  const float *k, const float *v, float scale, float *o,
-                                  float *delta);
-/* Channels [c0, c1) of one token of the conv (same contract as rp_conv1d_silu,
- * x one row, h one state). */
-typedef void (*rp_conv_token_fn)(float *x, float *h, const float *w, int k, int channels, long c0,
-                                 long c1);
-
-void rp_delta_token_ref(float *S, int d, float decay, float beta, const float *q, const float *k,
-                        const float *v, float scale, float *o, float *delta);
-void rp_conv_token_ref(float *x, float *h, const float *w, int k, int channels, long c0, long c1);
-void rp_delta_token_avx2(float *S, int d, float decay, float beta, const float *q, const float *k,
-                         const float *v, float scale, float *o, float *delta);
-void rp_conv_token_avx2(float *x, float *h, const float *w, int k, int channels, long c0, long c1);
-
 /* rp_gated_delta / rp_conv1d_silu at a given level (<= rp_cpu_isa_max()). */
 void rp_gated_delta_isa(rp_compute *cc, const rp_delta_args *a, int isa);
 void rp_conv1d_silu_isa(rp_compute *cc, float *x, int n_tok, int stride, int channels,

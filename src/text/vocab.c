@@ -1,61 +1,10 @@
 #include "text/vocab.h"
+#include "text/vocab_bpe.h"
 #include "base/util.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- string -> id map ---------------------------------------------------- */
-
-static uint64_t hash_bytes(const char *s, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
-    return h;
-}
-
-int32_t rp_vocab_find(const rp_vocab *v, const char *s, size_t len) {
-    if (!v->map.slots) return -1;
-    for (uint64_t h = hash_bytes(s, len) & v->map.mask;; h = (h + 1) & v->map.mask) {
-        uint64_t e = v->map.slots[h];
-        if (!e) return -1;
-        int32_t id = (int32_t)(e - 1);
-        if (v->len[id] == len && memcmp(v->text[id], s, len) == 0) return id;
-    }
-}
-
-static bool map_build(rp_vocab *v) {
-    uint64_t cap = 16;
-    while (cap < (uint64_t)v->n_tokens * 2) cap <<= 1;
-    v->map.slots = rp_calloc(cap, sizeof *v->map.slots, "vocabulary index");
-    if (!v->map.slots) return false;
-    v->map.mask = cap - 1;
-    for (int32_t id = 0; id < v->n_tokens; id++) {
-        uint64_t h = hash_bytes(v->text[id], v->len[id]) & v->map.mask;
-        bool dup = false;
-        while (v->map.slots[h]) {
-            int32_t o = (int32_t)(v->map.slots[h] - 1);
-            if (v->len[o] == v->len[id] && memcmp(v->text[o], v->text[id], v->len[id]) == 0) {
-                dup = true; /* keep the first id for a duplicated text, as llama.cpp does */
-                break;
-            }
-            h = (h + 1) & v->map.mask;
-        }
-        if (!dup) v->map.slots[h] = (uint64_t)id + 1;
-    }
-    return true;
-}
-
-bool rp_tokvec_push(rp_tokvec *t, int32_t id) {
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? t->cap * 2 : 64;
-        int32_t *p = rp_realloc(t->v, cap * sizeof *p, "token buffer");
-        if (!p) return false;
-        t->v = p;
-        t->cap = cap;
-    }
-    t->v[t->n++] = id;
-    return true;
-}
 
 /* ---- loading ------------------------------------------------------------- */
 
@@ -102,69 +51,61 @@ static int cmp_special(const void *a, const void *b, void *ctx) {
     return x - y;
 }
 
-rp_status rp_vocab_load(const rp_gguf *g, rp_vocab **out) {
-    *out = NULL;
-    rp_vocab *v = rp_calloc(1, sizeof *v, "vocabulary");
-    if (!v) return RP_ERR_NOMEM;
-    v->bos = v->eos = v->eot = v->unk = v->pad = v->sep = v->nl = -1;
-    for (int i = 0; i < 256; i++) v->byte_tok[i] = -1;
-    rp_status s;
+/* tokenizer.ggml.model / .pre: the tokenizer's type; *none when the file
+ * has no tokenizer (tokens as ids only). */
+static rp_status load_type(const rp_gguf *g, rp_vocab *v, bool *none) {
     const char *model = NULL, *pre = NULL;
     bool found;
-    if ((s = rp_gguf_get_str(g, "tokenizer.ggml.model", &model, &found))) goto fail;
-    if (!model) { /* a model without a tokenizer: tokens as ids only */
-        *out = v;
+    rp_status s;
+    *none = false;
+    if ((s = rp_gguf_get_str(g, "tokenizer.ggml.model", &model, &found))) return s;
+    if (!model) {
+        *none = true;
         return RP_OK;
     }
-    if ((s = rp_gguf_get_str(g, "tokenizer.ggml.pre", &pre, &found))) goto fail;
+    if ((s = rp_gguf_get_str(g, "tokenizer.ggml.pre", &pre, &found))) return s;
     v->model = rp_strdup(model);
     v->pre = rp_strdup(pre ? pre : "default");
-    if (!v->model || !v->pre) {
-        s = RP_ERR_NOMEM;
-        goto fail;
-    }
-    if (!strcmp(model, "llama"))
+    if (!v->model || !v->pre) return RP_ERR_NOMEM;
+    if (!strcmp(model, RP_VOCAB_MODEL_SPM))
         v->type = RP_VOCAB_SPM;
-    else if (!strcmp(model, "gpt2"))
+    else if (!strcmp(model, RP_VOCAB_MODEL_BPE))
         v->type = RP_VOCAB_BPE;
-    else if (!strcmp(model, "none") || !strcmp(model, "no_vocab")) {
-        *out = v;
-        return RP_OK;
-    } else {
-        s = rp_fail(RP_ERR_UNSUPPORTED,
-                    "tokenizer model '%s' is not supported (llama/SPM and gpt2/BPE are)", model);
-        goto fail;
-    }
+    else if (!strcmp(model, "none") || !strcmp(model, "no_vocab"))
+        *none = true;
+    else
+        return rp_fail(RP_ERR_UNSUPPORTED,
+                       "tokenizer model '%s' is not supported (llama/SPM and gpt2/BPE are)", model);
+    return RP_OK;
+}
+
+/* The token arrays (tokens, scores, token types), validated, copied into the
+ * table; then the text -> id map. */
+static rp_status load_tokens(const rp_gguf *g, rp_vocab *v) {
     const rp_gguf_val *toks, *scores = NULL, *types = NULL;
-    if ((s = rp_gguf_get_arr(g, "tokenizer.ggml.tokens", &toks, &found))) goto fail;
-    if (!toks) {
-        s = rp_fail(RP_ERR_FORMAT, "%s: tokenizer.ggml.tokens is missing", rp_gguf_path(g));
-        goto fail;
-    }
-    if (toks->arr.type != RP_GGUF_STRING || toks->arr.n == 0 || toks->arr.n > (1u << 24)) {
-        s = rp_fail(RP_ERR_FORMAT,
-                    "%s: tokenizer.ggml.tokens at byte offset %" PRIu64
-                    " must be a non-empty string array (got %s[%" PRIu64 "])",
-                    rp_gguf_path(g), toks->offset, rp_gguf_type_name((int)toks->arr.type),
-                    toks->arr.n);
-        goto fail;
-    }
+    bool found;
+    rp_status s;
+    if ((s = rp_gguf_get_arr(g, "tokenizer.ggml.tokens", &toks, &found))) return s;
+    if (!toks)
+        return rp_fail(RP_ERR_FORMAT, "%s: tokenizer.ggml.tokens is missing", rp_gguf_path(g));
+    if (toks->arr.type != RP_GGUF_STRING || toks->arr.n == 0 || toks->arr.n > (1u << 24))
+        return rp_fail(RP_ERR_FORMAT,
+                       "%s: tokenizer.ggml.tokens at byte offset %" PRIu64
+                       " must be a non-empty string array (got %s[%" PRIu64 "])",
+                       rp_gguf_path(g), toks->offset, rp_gguf_type_name((int)toks->arr.type),
+                       toks->arr.n);
     v->n_tokens = (int32_t)toks->arr.n;
-    if ((s = rp_gguf_get_arr(g, "tokenizer.ggml.scores", &scores, &found))) goto fail;
-    if ((s = rp_gguf_get_arr(g, "tokenizer.ggml.token_type", &types, &found))) goto fail;
-    if (scores && (scores->arr.type != RP_GGUF_FLOAT32 || scores->arr.n != toks->arr.n)) {
-        s = rp_fail(
+    if ((s = rp_gguf_get_arr(g, "tokenizer.ggml.scores", &scores, &found))) return s;
+    if ((s = rp_gguf_get_arr(g, "tokenizer.ggml.token_type", &types, &found))) return s;
+    if (scores && (scores->arr.type != RP_GGUF_FLOAT32 || scores->arr.n != toks->arr.n))
+        return rp_fail(
             RP_ERR_FORMAT, "%s: tokenizer.ggml.scores must be f32[%d] (got %s[%" PRIu64 "])",
             rp_gguf_path(g), v->n_tokens, rp_gguf_type_name((int)scores->arr.type), scores->arr.n);
-        goto fail;
-    }
-    if (types && (!rp_gguf_type_is_int((int)types->arr.type) || types->arr.n != toks->arr.n)) {
-        s = rp_fail(
+    if (types && (!rp_gguf_type_is_int((int)types->arr.type) || types->arr.n != toks->arr.n))
+        return rp_fail(
             RP_ERR_FORMAT,
             "%s: tokenizer.ggml.token_type must be an integer array of %d (got %s[%" PRIu64 "])",
             rp_gguf_path(g), v->n_tokens, rp_gguf_type_name((int)types->arr.type), types->arr.n);
-        goto fail;
-    }
     size_t n = (size_t)v->n_tokens, bytes = 0;
     for (size_t i = 0; i < n; i++) bytes += (size_t)toks->arr.elems[i].str.len + 1;
     v->text = rp_calloc(n, sizeof *v->text, "vocabulary");
@@ -173,38 +114,32 @@ rp_status rp_vocab_load(const rp_gguf *g, rp_vocab **out) {
     v->ttype = rp_calloc(n, sizeof *v->ttype, "vocabulary");
     v->eog = rp_calloc(n, sizeof *v->eog, "vocabulary");
     v->arena = rp_malloc(bytes, "vocabulary");
-    if (!v->text || !v->len || !v->scores || !v->ttype || !v->eog || !v->arena) {
-        s = RP_ERR_NOMEM;
-        goto fail;
-    }
+    if (!v->text || !v->len || !v->scores || !v->ttype || !v->eog || !v->arena) return RP_ERR_NOMEM;
     char *p = v->arena;
     for (size_t i = 0; i < n; i++) {
         const rp_gguf_val *e = &toks->arr.elems[i];
-        if (e->str.len > 65535) {
-            s = rp_fail(RP_ERR_FORMAT, "%s: token %zu is %" PRIu64 " bytes long", rp_gguf_path(g),
-                        i, e->str.len);
-            goto fail;
-        }
+        if (e->str.len > 65535)
+            return rp_fail(RP_ERR_FORMAT, "%s: token %zu is %" PRIu64 " bytes long",
+                           rp_gguf_path(g), i, e->str.len);
         memcpy(p, e->str.s, (size_t)e->str.len + 1);
         v->text[i] = p;
         v->len[i] = (uint32_t)e->str.len;
         p += e->str.len + 1;
         v->scores[i] = scores ? (float)rp_gguf_arr_f64(scores, i) : 0.0f;
         int64_t t = types ? rp_gguf_arr_i64(types, i) : RP_TOKEN_NORMAL;
-        if (t < 0 || t > RP_TOKEN_BYTE) {
-            s = rp_fail(RP_ERR_FORMAT,
-                        "%s: tokenizer.ggml.token_type[%zu] = %" PRId64
-                        " is not a token type (0..6)",
-                        rp_gguf_path(g), i, t);
-            goto fail;
-        }
+        if (t < 0 || t > RP_TOKEN_BYTE)
+            return rp_fail(RP_ERR_FORMAT,
+                           "%s: tokenizer.ggml.token_type[%zu] = %" PRId64
+                           " is not a token type (0..6)",
+                           rp_gguf_path(g), i, t);
         v->ttype[i] = (int32_t)(t ? t : RP_TOKEN_NORMAL);
     }
-    if (!map_build(v)) {
-        s = RP_ERR_NOMEM;
-        goto fail;
-    }
-    /* special ids */
+    return rp_vocab_map_build(v) ? RP_OK : RP_ERR_NOMEM;
+}
+
+/* bos, eos, ... and the add_* flags: the tokenizer type's defaults, then the
+ * file's keys. */
+static rp_status load_special_ids(const rp_gguf *g, rp_vocab *v) {
     struct {
         const char *key;
         int32_t *dst;
@@ -224,20 +159,25 @@ rp_status rp_vocab_load(const rp_gguf *g, rp_vocab **out) {
         v->bos = v->eos = 11; /* gpt2's <|endoftext|> unless the file says otherwise */
         if (v->n_tokens <= 11) v->bos = v->eos = -1;
     }
+    rp_status s;
     for (size_t i = 0; i < RP_ARRAY_LEN(ids); i++)
-        if ((s = get_id(g, ids[i].key, v->n_tokens, ids[i].dst))) goto fail;
+        if ((s = get_id(g, ids[i].key, v->n_tokens, ids[i].dst))) return s;
     v->add_bos = v->type == RP_VOCAB_SPM;
     v->add_eos = false;
     v->add_space_prefix = v->type == RP_VOCAB_SPM;
-    bool b;
-    if ((s = rp_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &b, &found))) goto fail;
+    bool b, found;
+    if ((s = rp_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &b, &found))) return s;
     if (found) v->add_bos = b;
-    if ((s = rp_gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &b, &found))) goto fail;
+    if ((s = rp_gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &b, &found))) return s;
     if (found) v->add_eos = b;
-    if ((s = rp_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &b, &found))) goto fail;
+    if ((s = rp_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &b, &found))) return s;
     if (found) v->add_space_prefix = b;
+    return RP_OK;
+}
 
-    /* end-of-generation set: eos, eot, and the usual end-of-turn texts */
+/* end-of-generation set: eos, eot, and the usual end-of-turn texts (an eot
+ * found among them when the file names none) */
+static void mark_eog(rp_vocab *v) {
     static const char *const eog_texts[] = {"<|eot_id|>",    "<|im_end|>",      "<|end|>",
                                             "<end_of_turn>", "<|endoftext|>",   "<|eom_id|>",
                                             "<EOT>",         "<|end_of_text|>", "</s>"};
@@ -256,12 +196,12 @@ rp_status rp_vocab_load(const rp_gguf *g, rp_vocab **out) {
             if (id >= 0 && v->ttype[id] == RP_TOKEN_CONTROL) v->eot = id;
         }
     }
-    /* special tokens recognised in text, longest first */
-    v->specials = rp_calloc(n, sizeof *v->specials, "special tokens");
-    if (!v->specials) {
-        s = RP_ERR_NOMEM;
-        goto fail;
-    }
+}
+
+/* special tokens recognised in text, longest first */
+static rp_status index_specials(rp_vocab *v) {
+    v->specials = rp_calloc((size_t)v->n_tokens, sizeof *v->specials, "special tokens");
+    if (!v->specials) return RP_ERR_NOMEM;
     for (int32_t i = 0; i < v->n_tokens; i++)
         if ((v->ttype[i] == RP_TOKEN_CONTROL || v->ttype[i] == RP_TOKEN_USER_DEFINED ||
              v->ttype[i] == RP_TOKEN_UNKNOWN) &&
@@ -270,22 +210,41 @@ rp_status rp_vocab_load(const rp_gguf *g, rp_vocab **out) {
     qsort_r(v->specials, (size_t)v->n_specials, sizeof *v->specials, cmp_special, v);
     for (int32_t k = 0; k < v->n_specials; k++)
         v->special_first[(uint8_t)v->text[v->specials[k]][0]] = true;
+    return RP_OK;
+}
 
-    if (v->type == RP_VOCAB_SPM) {
+rp_status rp_vocab_load(const rp_gguf *g, rp_vocab **out) {
+    *out = NULL;
+    rp_vocab *v = rp_calloc(1, sizeof *v, "vocabulary");
+    if (!v) return RP_ERR_NOMEM;
+    v->bos = v->eos = v->eot = v->unk = v->pad = v->sep = v->nl = -1;
+    for (int i = 0; i < 256; i++) v->byte_tok[i] = -1;
+    bool none;
+    rp_status s = load_type(g, v, &none);
+    if (!s && none) {
+        *out = v;
+        return RP_OK;
+    }
+    if (!s) s = load_tokens(g, v);
+    if (!s) s = load_special_ids(g, v);
+    if (!s) mark_eog(v);
+    if (!s) s = index_specials(v);
+    if (!s && v->type == RP_VOCAB_SPM) {
         for (int c = 0; c < 256; c++) {
             char hex[8];
             snprintf(hex, sizeof hex, "<0x%02X>", c);
             v->byte_tok[c] = rp_vocab_find(v, hex, 6);
         }
         v->nl = v->byte_tok['\n'];
-    } else {
-        if ((s = rp_bpe_init(v, g))) goto fail;
+    } else if (!s) {
+        s = rp_bpe_init(v, g);
+    }
+    if (s) {
+        rp_vocab_free(v);
+        return s;
     }
     *out = v;
     return RP_OK;
-fail:
-    rp_vocab_free(v);
-    return s;
 }
 
 /* ---- SentencePiece-style tokenizer --------------------------------------- */

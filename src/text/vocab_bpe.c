@@ -16,8 +16,8 @@
  * such bytes fall between matches and are tokenized as their own byte-level
  * pre-token, so decoding gives back the exact input bytes. */
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include "text/vocab_bpe.h"
 #include "base/util.h"
-#include "text/vocab.h"
 
 #include <inttypes.h>
 #include <pcre2.h>

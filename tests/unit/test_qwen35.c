@@ -3,6 +3,7 @@
  * recurrent layers, state sizes, the MTP head, and bad files. */
 #include "arch/arch.h"
 #include "arch/qwen35.h"
+#include "convert/synth.h"
 #include "core/context.h"
 #include "golden.h"
 #include "core/model.h"

@@ -24,7 +24,7 @@ static const char *convert_fixture(const char *name, bool merged, int outtype) {
     rp_convert_params p = rp_convert_default_params();
     p.dir = dir;
     p.outtype = outtype;
-    p.zamba2_merged = merged;
+    p.arch_opts = merged ? "merged" : NULL;
     rp_conv *cv;
     rp_status s = rp_conv_open(&p, &cv);
     if (!s) {
