@@ -2,13 +2,26 @@
  * reprise — a C11 inference engine for GGUF language models in which the layers
  * a model runs are a plan over weights stored once.
  *
- * Public C API. Every handle is opaque. Every function that can fail returns an
- * rp_status (or NULL for constructors that say so); the message of the last
- * failure on the calling thread is rp_last_error(). The library never prints and
- * never exits: diagnostics reach the caller through the log callback.
+ * Public C API: load a model, build a context (a layer plan over the model plus
+ * its state), decode batches, read logits, tokenize, sample. The tool-level
+ * services the command-line tools are built on (GGUF inspection, quantize,
+ * convert, merge, perplexity, scans, plan files, chat templates, speculative
+ * decoding, benchmarks) are in reprise_tools.h, over this header.
+ *
+ * Errors. Every handle is opaque. Every function that can fail returns an
+ * rp_status (RP_OK = 0) or, for the few constructors that say so, NULL; the
+ * message of the last failure on the calling thread is rp_last_error(). Each
+ * function lists the statuses it returns; RP_ERR_NOMEM (an allocation failed)
+ * and RP_ERR_INTERNAL (a bug) can come from any function that allocates, and
+ * are not repeated everywhere. A failing call leaves its outputs NULL / zero
+ * and changes nothing it does not say it changes. The library never prints
+ * and never exits: diagnostics reach the caller through the log callback.
  *
  * Thread safety: a model is immutable after load and may be shared by any
- * number of contexts and threads. A context is used by one thread at a time.
+ * number of contexts and threads. A context is used by one thread at a time
+ * (rp_context_set_abort's callback excepted, which another thread may cause
+ * to return true). Functions without a handle (rp_status_str, rp_type_*,
+ * rp_arch_list, rp_default_threads) may be called from any thread at any time.
  */
 #ifndef REPRISE_H
 #define REPRISE_H
@@ -34,7 +47,7 @@ typedef enum rp_status {
     RP_ERR_NOMEM = 5,        /* an allocation failed */
     RP_ERR_PLAN = 6,         /* a layer spec does not fit this model */
     RP_ERR_CONTEXT_FULL = 7, /* no room left in the KV cache for the batch */
-    RP_ERR_CANCELLED = 8,    /* a progress callback asked to stop */
+    RP_ERR_CANCELLED = 8,    /* a progress or abort callback asked to stop */
     RP_ERR_INTERNAL = 9,     /* a broken invariant: a bug in reprise */
 } rp_status;
 
@@ -55,7 +68,14 @@ typedef enum rp_log_level {
 } rp_log_level;
 
 /* Receives every diagnostic the library produces; msg has no trailing newline.
- * Without a callback the library stays silent. Process-wide. */
+ * Without a callback the library stays silent. Process-wide.
+ *
+ * Thread safety: rp_log_set may be called at any time from any thread; the
+ * callback and its user pointer are swapped together, and a message being
+ * delivered while they change goes to the old pair or the new one, never a
+ * mix. The callback itself is called from whichever thread logs (a loader, a
+ * decode, a server's engine), possibly from several at once: it must be
+ * thread-safe, and the user pointer must stay valid until it is replaced. */
 typedef void (*rp_log_fn)(rp_log_level level, const char *msg, void *user);
 void rp_log_set(rp_log_fn fn, void *user);
 
@@ -106,6 +126,51 @@ const char *rp_type_name(int type);
 /* Parse a type name, case-insensitively ("f16", "Q8_0"); -1 if unknown. */
 int rp_type_from_name(const char *name);
 
+/* What reprise knows and can do with a type. */
+typedef struct rp_type_info {
+    const char *name;   /* as rp_type_name */
+    int block_size;     /* elements per block */
+    size_t block_bytes; /* bytes per block */
+    bool quantized;
+    bool can_read;    /* reprise dequantizes it (a tensor of this type can be read as floats) */
+    bool can_write;   /* reprise has a quantizer for it (it can write tensors of this type) */
+    bool can_compute; /* reprise has matmul kernels for 2-D weights of this type */
+} rp_type_info;
+
+/* Fills *out and returns true for a known type id; false (and *out zeroed) for
+ * an unknown one, retired ids included. */
+bool rp_type_get_info(int type, rp_type_info *out);
+/* Bytes of one row of n elements; 0 when n is not a multiple of the type's
+ * block size or the type is unknown. */
+size_t rp_type_row_bytes(int type, int64_t n);
+
+/* ---- metadata value types (GGUF numbering) -------------------------------- */
+
+typedef enum rp_gguf_type {
+    RP_GGUF_UINT8 = 0,
+    RP_GGUF_INT8 = 1,
+    RP_GGUF_UINT16 = 2,
+    RP_GGUF_INT16 = 3,
+    RP_GGUF_UINT32 = 4,
+    RP_GGUF_INT32 = 5,
+    RP_GGUF_FLOAT32 = 6,
+    RP_GGUF_BOOL = 7,
+    RP_GGUF_STRING = 8,
+    RP_GGUF_ARRAY = 9,
+    RP_GGUF_UINT64 = 10,
+    RP_GGUF_INT64 = 11,
+    RP_GGUF_FLOAT64 = 12,
+    RP_GGUF_TYPE_COUNT = 13,
+} rp_gguf_type;
+
+/* "u8", "str", "arr", ...; "?" for an unknown id. */
+const char *rp_gguf_type_name(int type);
+
+/* ---- threads ---------------------------------------------------------------- */
+
+/* What n_threads = 0 means everywhere: the number of physical cores (>= 1). */
+int rp_default_threads(void);
+
 /* ---- model --------------------------------------------------------------- */
 
 typedef struct rp_model rp_model;
@@ -119,23 +184,60 @@ typedef struct rp_model_params {
 
 rp_model_params rp_model_default_params(void);
 
-/* Maps the file and binds its tensors in place (no copies). */
+/* Maps the file and binds its tensors in place (no copies). params may be NULL
+ * (the defaults). On failure *out is NULL.
+ *   RP_ERR_INVALID_ARG  no path
+ *   RP_ERR_IO           the file cannot be opened or mapped
+ *   RP_ERR_FORMAT       not GGUF, or a key / tensor the architecture needs is
+ *                       malformed or missing (the message names it and its offset)
+ *   RP_ERR_UNSUPPORTED  an architecture or tensor type reprise does not run
+ *   RP_ERR_CANCELLED    the progress callback returned false */
 rp_status rp_model_load(const char *path, const rp_model_params *params, rp_model **out);
-void rp_model_free(rp_model *model);
+/* The same from a GGUF image in memory, which the caller keeps alive and
+ * unchanged until rp_model_free (an embedded model). name stands for the path
+ * in messages and rp_model_path (NULL: "<memory>"). Statuses as rp_model_load. */
+rp_status rp_model_load_mem(const void *data, size_t size, const char *name,
+                            const rp_model_params *params, rp_model **out);
+void rp_model_free(rp_model *model); /* NULL is fine */
 
-const char *rp_model_arch(const rp_model *model);  /* "llama", "qwen3", ... */
+const char *rp_model_arch(const rp_model *model);  /* "llama", "qwen3", ... ("" vocab_only) */
 const char *rp_model_name(const rp_model *model);  /* general.name or file name */
+const char *rp_model_path(const rp_model *model);  /* as given to the loader */
 int rp_model_n_layer(const rp_model *model);       /* trunk layers a plan may use */
 int rp_model_n_layer_total(const rp_model *model); /* incl. NextN/MTP head layers */
 int rp_model_n_embd(const rp_model *model);
 int rp_model_n_ctx_train(const rp_model *model);
 uint64_t rp_model_n_params(const rp_model *model);
 uint64_t rp_model_weight_bytes(const rp_model *model); /* distinct bytes mapped */
-/* Short description: "llama 5L n_embd 64 F32 1.1 MiB". */
+/* The type holding most bytes of the 2-D weights; *mixed (may be NULL) tells
+ * whether 2-D weights of other types are present too. -1 without weights. */
+int rp_model_weight_type(const rp_model *model, bool *mixed);
+/* One-line description: "NAME (llama), 5 layers, n_embd 64, n_vocab 512,
+ * 0.29M params, f32, 1.12 MiB". Returns the length the whole text needs (like
+ * snprintf). */
 int rp_model_desc(const rp_model *model, char *buf, size_t size);
 const rp_vocab *rp_model_vocab(const rp_model *model);
-/* Metadata string value (e.g. "tokenizer.chat_template"), NULL if absent. */
+
+/* Metadata. A string value by key (e.g. "tokenizer.chat_template"), NULL if
+ * absent or not a string. */
 const char *rp_model_meta_str(const rp_model *model, const char *key);
+/* Every key of the file, in file order: i in [0, rp_model_meta_count). */
+int64_t rp_model_meta_count(const rp_model *model);
+/* Key i; NULL when i is out of range. */
+const char *rp_model_meta_key(const rp_model *model, int64_t i);
+/* Type of value i (an rp_gguf_type; RP_GGUF_ARRAY for arrays, whose element
+ * type *elem receives, may be NULL); -1 when i is out of range. */
+int rp_model_meta_type(const rp_model *model, int64_t i, int *elem);
+/* Value i as text: a string as it is, a number or bool as C prints it
+ * ("%.9g" for floats, "true"/"false"), an array whole as "[a, b, ...]" with
+ * its strings quoted and escaped. Returns the length the whole text needs (like snprintf; buf may
+ * be NULL with size 0), or -1 when i is out of range. */
+int rp_model_meta_val_str(const rp_model *model, int64_t i, char *buf, size_t size);
+
+/* Comma-separated names of the architectures this build runs ("llama, qwen2,
+ * ..."). Static text: the same pointer on every call, safe from any thread
+ * at any time, never freed. */
+const char *rp_arch_list(void);
 
 /* ---- context ------------------------------------------------------------- */
 
@@ -162,49 +264,137 @@ typedef struct rp_context_params {
 rp_context_params rp_context_default_params(void);
 
 /* Builds the plan (validated before anything is allocated), the KV/recurrent
- * state and the thread pool. The model must outlive the context. */
+ * state and the thread pool. The model must outlive the context. params may
+ * be NULL (the defaults). On failure *out is NULL.
+ *   RP_ERR_INVALID_ARG  a model loaded vocab_only, a cache type other than
+ *                       f32/f16, n_ctx or n_seq_max too large, both plan specs
+ *   RP_ERR_PLAN         the spec does not fit the model (the message names the
+ *                       block or item and why) */
 rp_status rp_context_new(const rp_model *model, const rp_context_params *params, rp_context **out);
-void rp_context_free(rp_context *ctx);
+void rp_context_free(rp_context *ctx); /* NULL is fine */
+
+/* Lets ctx run on donor's thread pool instead of its own (freed now), so
+ * several contexts decoded one after the other from one thread (a server's
+ * models) keep one set of worker threads. They must never decode at the same
+ * time, and donor must outlive ctx.
+ *   RP_ERR_INVALID_ARG  the two have different thread counts (nothing changes) */
+rp_status rp_context_share_pool(rp_context *ctx, rp_context *donor);
 
 const rp_model *rp_context_model(const rp_context *ctx);
 uint32_t rp_context_n_ctx(const rp_context *ctx);
 uint32_t rp_context_n_seq(const rp_context *ctx);
 int rp_context_n_threads(const rp_context *ctx);
+
+/* The plan. */
 /* Number of steps in the plan (n_eff). */
 int rp_context_n_eff(const rp_context *ctx);
-/* Source layer of step eff (0 <= eff < n_eff). */
+/* Source layer of step eff (0 <= eff < n_eff); -1 outside. */
 int rp_context_step_src(const rp_context *ctx, int eff);
-/* Bytes of KV cache and recurrent state allocated by this context. */
-uint64_t rp_context_state_bytes(const rp_context *ctx);
+/* Whether step eff does not follow its predecessor's source layer (a seam of
+ * the plan: src[eff] != src[eff-1] + 1); false for step 0 and outside. */
+bool rp_context_step_seam(const rp_context *ctx, int eff);
+/* Compact eff->src list with the seams marked: "0..2 | 1..2 | 3..4". Returns
+ * the length the whole text needs (like snprintf). */
+int rp_context_plan_format(const rp_context *ctx, char *buf, size_t size);
+/* Repeated steps that fall in the first or last max(3, n_layer/8) layers
+ * (repeating those reliably gives incoherent output); the band width goes to
+ * *band (may be NULL). 0 = none. */
+int rp_context_boundary_repeats(const rp_context *ctx, int *band);
 /* Multi-line human description of the plan (the load-time report). Returns the
  * length the full text needs (like snprintf). */
 int rp_context_plan_report(const rp_context *ctx, char *buf, size_t size);
 
-/* One decode call: tokens of any sequences with their positions. Positions of
- * one sequence must continue where its cache ends (pos == rp_kv_seq_len). */
+/* State accounting. */
+/* Bytes of KV cache and recurrent state allocated by this context. */
+uint64_t rp_context_state_bytes(const rp_context *ctx);
+typedef struct rp_state_info {
+    uint64_t kv_bytes;  /* attention caches, all sequences */
+    uint64_t rec_bytes; /* recurrent (conv / SSM) state, all sequences */
+    int n_slots;        /* plan steps that keep state (a KV cache or recurrent state) */
+    int n_slots_trunk;  /* trunk layers that keep state: the identity plan's n_slots */
+    int n_slots_kv;     /* plan steps with a KV cache */
+    int n_slots_rec;    /* plan steps with recurrent state */
+    uint32_t n_seq;     /* sequences the state is allocated for */
+    uint32_t n_ctx;     /* positions per sequence */
+} rp_state_info;
+void rp_context_state_info(const rp_context *ctx, rp_state_info *out);
+
+/* ---- decoding -------------------------------------------------------------- */
+
+/* One decode call: tokens (or input embeddings) of any sequences with their
+ * positions. Positions of one sequence must continue where its cache ends
+ * (pos == rp_kv_seq_len). */
 typedef struct rp_batch {
     int32_t n_tokens;
-    const int32_t *token;  /* [n_tokens] token ids */
+    const int32_t *token;  /* [n_tokens] token ids; NULL when embd is given */
     const int32_t *pos;    /* [n_tokens] positions; NULL = continue each sequence */
     const int32_t *seq_id; /* [n_tokens] sequence ids; NULL = all 0 */
     const int8_t *logits;  /* [n_tokens] nonzero: compute logits; NULL = last only */
+    /* [n_tokens][n_embd] input embeddings instead of token ids (exactly one of
+     * token and embd is set): each row enters the first plan step where a token's
+     * embedding-table row would (an architecture that scales its embeddings,
+     * such as Gemma's sqrt(n_embd), scales these too). */
+    const float *embd;
 } rp_batch;
 
+/*   RP_ERR_INVALID_ARG   an empty batch, both or neither of token and embd, a
+ *                        token id outside the vocabulary, a sequence id outside
+ *                        the context, a position that does not continue its
+ *                        sequence (nothing is decoded then)
+ *   RP_ERR_CONTEXT_FULL  a sequence would pass n_ctx (nothing is decoded)
+ *   RP_ERR_CANCELLED     the abort callback returned true (see below)
+ * A batch longer than n_batch runs as several passes of at most n_batch tokens. */
 rp_status rp_decode(rp_context *ctx, const rp_batch *batch);
 
+/* Called by rp_decode before each pass of at most n_batch tokens; returning
+ * true stops the call with RP_ERR_CANCELLED. The passes already run stay in
+ * the cache (rp_kv_seq_len says how far each sequence got); no logits are
+ * readable after a cancelled call. Another thread may make the callback
+ * return true (it is read on the decoding thread; use an atomic flag). NULL
+ * removes it. */
+typedef bool (*rp_abort_fn)(void *user);
+void rp_context_set_abort(rp_context *ctx, rp_abort_fn fn, void *user);
+
 /* Logits (n_vocab floats) of batch row i of the last rp_decode; NULL if row i
- * asked for none. Valid until the next decode. */
+ * asked for none. The pointer is into the context's buffer, no copy, valid
+ * until the next decode (rows that asked for logits are contiguous in row
+ * order: rp_get_logits(ctx, i) + n_vocab is the next such row's). */
 const float *rp_get_logits(const rp_context *ctx, int i);
 /* Final hidden state (n_embd floats) of batch row i; needs keep_hidden. */
 const float *rp_get_hidden(const rp_context *ctx, int i);
 int rp_n_vocab(const rp_context *ctx);
 
-/* Number of positions cached for seq (the next position to decode). */
+/* ---- sequences ------------------------------------------------------------ */
+
+/* Number of positions cached for seq (the next position to decode); -1 for a
+ * sequence id outside the context. */
 int rp_kv_seq_len(const rp_context *ctx, int seq);
 /* Forget positions >= p of seq (p = 0 clears it). Attention caches simply
  * shrink; recurrent state can only be cleared (p = 0) or restored from a
- * checkpoint taken at p. */
+ * checkpoint taken at p.
+ *   RP_ERR_INVALID_ARG  seq outside the context, p outside 0..rp_kv_seq_len
+ *   RP_ERR_UNSUPPORTED  recurrent state cannot go back to p, or a sliding-window
+ *                       ring no longer holds what p needs (nothing changes) */
 rp_status rp_kv_seq_truncate(rp_context *ctx, int seq, int p);
+/* llama.cpp's sequence removal: forget positions [p0, p1) of seq (p1 < 0: to
+ * the end; p0 < 0: from 0). A sequence's positions are contiguous from 0, so
+ * only its end can go: [p0, end) is rp_kv_seq_truncate(ctx, seq, p0), [0, end)
+ * clears it, and a range that keeps positions after p1 is refused.
+ *   RP_ERR_INVALID_ARG  seq outside the context (seq < 0 means every sequence,
+ *                       for which only the whole range is accepted)
+ *   RP_ERR_UNSUPPORTED  a hole in the middle, or what rp_kv_seq_truncate refuses */
+rp_status rp_kv_seq_rm(rp_context *ctx, int seq, int p0, int p1);
+/* Makes sequence dst a copy of positions [0, p1) of sequence src (p1 < 0: all
+ * of them; p0 must be 0 or negative: a sequence always starts at position 0).
+ * dst's previous content is dropped (its checkpoints no longer restore).
+ * Recurrent state is copied whole: with recurrent steps in the plan only the
+ * whole of src can be copied.
+ *   RP_ERR_INVALID_ARG  src or dst outside the context, p0 > 0, p1 > rp_kv_seq_len(src)
+ *   RP_ERR_UNSUPPORTED  a prefix of a sequence with recurrent state, or a
+ *                       sliding-window ring that no longer holds the prefix
+ *                       (nothing changes) */
+rp_status rp_kv_seq_cp(rp_context *ctx, int src, int dst, int p0, int p1);
+/* Forgets every sequence. */
 void rp_kv_clear(rp_context *ctx);
 
 /* Sequence checkpoints. Attention caches roll back by truncation; recurrent
@@ -215,7 +405,8 @@ void rp_kv_clear(rp_context *ctx);
  * are rejected). A checkpoint restores while it is the latest saved for its
  * sequence and the sequence has not been cut back (truncated, cleared) below
  * its length since; otherwise restore refuses with RP_ERR_INVALID_ARG. Sliding-
- * window rings limit how far back it can go, as for rp_kv_seq_truncate. */
+ * window rings limit how far back it can go, as for rp_kv_seq_truncate
+ * (RP_ERR_UNSUPPORTED). */
 typedef struct rp_seq_checkpoint rp_seq_checkpoint;
 /* True when some plan step keeps recurrent state (rollback needs a checkpoint). */
 bool rp_context_has_recurrent(const rp_context *ctx);
@@ -223,10 +414,40 @@ bool rp_context_has_recurrent(const rp_context *ctx);
  * of one sequence: nothing for attention-only plans). NULL when out of memory. */
 rp_seq_checkpoint *rp_seq_checkpoint_new(const rp_context *ctx);
 void rp_seq_checkpoint_free(rp_seq_checkpoint *ck);
+/*   RP_ERR_INVALID_ARG  no checkpoint, one of another context, seq outside the context */
 rp_status rp_seq_checkpoint_save(const rp_context *ctx, int seq, rp_seq_checkpoint *ck);
+/*   RP_ERR_INVALID_ARG  as save, or a checkpoint that no longer restores (above)
+ *   RP_ERR_UNSUPPORTED  a sliding-window ring no longer holds what it needs */
 rp_status rp_seq_checkpoint_restore(rp_context *ctx, int seq, const rp_seq_checkpoint *ck);
 /* Positions the sequence had when the checkpoint was saved; -1 before any save. */
 int rp_seq_checkpoint_len(const rp_seq_checkpoint *ck);
+
+/* The whole state of one sequence (every step's KV cells and recurrent state,
+ * and its length) as bytes, to restore later into a sequence of a context
+ * with the same model, plan and cache types (llama.cpp's state_seq_*): the
+ * restored sequence decodes bit for bit as the saved one would have. The
+ * image records the plan's shape (steps, their source layers, state sizes,
+ * cache types, n_embd, n_vocab), not the weights: it belongs to the model it
+ * was made with. */
+/* Bytes the image of seq needs now; 0 for a sequence outside the context. */
+size_t rp_seq_state_size(const rp_context *ctx, int seq);
+/* Writes the image to buf; *written (may be NULL) receives its size.
+ *   RP_ERR_INVALID_ARG  seq outside the context, or size < rp_seq_state_size */
+rp_status rp_seq_state_save(const rp_context *ctx, int seq, void *buf, size_t size,
+                            size_t *written);
+/* Replaces sequence seq by an image (from this context or another one with the
+ * same shape); its checkpoints no longer restore.
+ *   RP_ERR_INVALID_ARG  seq outside the context
+ *   RP_ERR_FORMAT       not an image, or a truncated / corrupt one
+ *   RP_ERR_UNSUPPORTED  an image of another plan, model shape or cache type
+ *                       (the message names what differs), or one longer than
+ *                       this context's n_ctx
+ * Nothing changes on failure. */
+rp_status rp_seq_state_load(rp_context *ctx, int seq, const void *buf, size_t size);
+/* The same through a file (written atomically: a failure leaves nothing);
+ * RP_ERR_IO when it cannot be written or read. */
+rp_status rp_seq_state_save_file(const rp_context *ctx, int seq, const char *path);
+rp_status rp_seq_state_load_file(rp_context *ctx, int seq, const char *path);
 
 /* ---- vocabulary ---------------------------------------------------------- */
 
@@ -243,12 +464,14 @@ const char *rp_vocab_text(const rp_vocab *vocab, int32_t token);
 /* Tokenize text[0..len). add_special: add BOS/EOS as the vocabulary asks.
  * parse_special: recognise control tokens written in the text (e.g.
  * "<|im_start|>"); otherwise they are tokenized as plain text. On success
- * *out is malloc'ed (caller frees) and *n_out holds its length. */
+ * *out is malloc'ed (caller frees) and *n_out holds its length.
+ *   RP_ERR_UNSUPPORTED  the model has no tokenizer */
 rp_status rp_tokenize(const rp_vocab *vocab, const char *text, size_t len, bool add_special,
                       bool parse_special, int32_t **out, size_t *n_out);
 
-/* Detokenizer state: a token's text may end in an incomplete UTF-8 sequence or
- * (SPM) need the space handling of its neighbour; feed tokens in order. */
+/* Text of one token (special: control tokens as their text, else as nothing).
+ * A token's text may end in an incomplete UTF-8 sequence; feed pieces in
+ * order. Returns the length the whole piece needs (like snprintf). */
 int rp_token_to_piece(const rp_vocab *vocab, int32_t token, bool special, char *buf, size_t size);
 /* Whole sequence to text; returns the length needed (like snprintf). */
 int rp_detokenize(const rp_vocab *vocab, const int32_t *tokens, size_t n, bool special, char *buf,
@@ -295,6 +518,7 @@ typedef struct rp_sampler_params {
 } rp_sampler_params;
 
 rp_sampler_params rp_sampler_default_params(void);
+/* NULL when out of memory or n_vocab < 1 (the message says which). */
 rp_sampler *rp_sampler_new(const rp_sampler_params *params, int32_t n_vocab);
 void rp_sampler_free(rp_sampler *s);
 /* Remember a token in the penalty window (prompt tokens and sampled ones). */

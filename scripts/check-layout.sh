@@ -8,7 +8,9 @@
 #   arch-names     no architecture name in library code outside src/arch/
 #   tool-includes  tools/ include public headers (include/) and their own only
 # Prints one line per violation and exits 1 when there is any.
-# Usage: scripts/check-layout.sh [fn-length|fn-length-src|arch-names|tool-includes]...
+# Usage: scripts/check-layout.sh [fn-length|fn-length-src|arch-names|tool-includes]... [PATH]...
+# A PATH (an existing file or folder, e.g. tools) limits fn-length to the C
+# files under it; without one it looks at src/ and tools/.
 set -u
 cd "$(dirname "$0")/.."
 MAX_LINES=${MAX_LINES:-150}
@@ -61,15 +63,21 @@ tool_includes() {
     done
 }
 
-checks=("$@")
+checks=()
+paths=()
+for a in "$@"; do
+    case $a in
+        fn-length | fn-length-src | arch-names | tool-includes) checks+=("$a") ;;
+        *) if [ -e "$a" ]; then paths+=("${a%/}"); else echo "unknown check or path $a"; exit 2; fi ;;
+    esac
+done
 [ ${#checks[@]} -gt 0 ] || checks=(fn-length arch-names tool-includes)
 for c in "${checks[@]}"; do
     case $c in
-        fn-length) out=$(fn_length) ;;
+        fn-length) out=$(fn_length ${paths[@]+"${paths[@]}"}) ;;
         fn-length-src) out=$(fn_length src) ;;
         arch-names) out=$(arch_names) ;;
         tool-includes) out=$(tool_includes) ;;
-        *) echo "unknown check $c"; exit 2 ;;
     esac
     if [ -n "$out" ]; then echo "$out"; bad=1; fi
 done

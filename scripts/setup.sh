@@ -12,10 +12,10 @@ DEBS=(
     libxxhash-dev         # content hashes of models (plan files)
     libpng-dev            # heatmaps (reprise scan)
     libedit-dev           # line editing (reprise chat)
-    libopenblas-dev       # F32/F16 prompt GEMM where it wins
     xz-utils              # tokenizer fixtures in ../shared are .xz
     python3 python3-venv  # the openai client test of the server
     clang                 # libFuzzer targets (make fuzz)
+    clang-format          # make format, make format-check (CI)
     curl
 )
 

@@ -11,17 +11,14 @@
  * template rewrites history (Qwen3 drops the reasoning of earlier answers),
  * the cache is cut back to the first token that differs and decoding resumes
  * from there, so the model always sees exactly what the template says. */
-#include "text/chat.h"
 #include "spec_opts.h"
 #include "tools.h"
-#include "base/util.h"
 
 #include <editline/readline.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 static volatile sig_atomic_t g_interrupt;
@@ -72,11 +69,11 @@ typedef struct chat_state {
     rp_chat_opts copts;
     msg_list hist;
     /* what the KV cache holds: its text (rendered prompt pieces and answers)
-     * and its tokens */
-    char *fed;
-    size_t fed_len, fed_cap;
+     * and its tokens (int32_t ids in toks_buf; toks and n_toks view them) */
+    tbuf fed;
+    tbuf toks_buf;
     int32_t *toks;
-    size_t n_toks, cap_toks;
+    size_t n_toks;
     int last_row; /* row of the last decode whose logits are the next token's */
     int n_predict;
     bool stats;
@@ -87,30 +84,20 @@ typedef struct chat_state {
 } chat_state;
 
 static bool fed_append(chat_state *s, const char *p, size_t n) {
-    if (s->fed_len + n + 1 > s->fed_cap) {
-        size_t cap = (s->fed_len + n + 1) * 2;
-        char *q = realloc(s->fed, cap);
-        if (!q) return false;
-        s->fed = q;
-        s->fed_cap = cap;
-    }
-    memcpy(s->fed + s->fed_len, p, n);
-    s->fed_len += n;
-    s->fed[s->fed_len] = 0;
-    return true;
+    return tbuf_add(&s->fed, p, n);
+}
+
+/* The cache's tokens now n of them (a cut), then t[0..k) after them. */
+static bool toks_set(chat_state *s, size_t n, const int32_t *t, size_t k) {
+    s->toks_buf.len = n * sizeof *t;
+    bool ok = tbuf_add(&s->toks_buf, t, k * sizeof *t);
+    s->toks = (int32_t *)(void *)s->toks_buf.data;
+    s->n_toks = s->toks_buf.len / sizeof *t;
+    return ok;
 }
 
 static bool toks_append(chat_state *s, const int32_t *t, size_t n) {
-    if (s->n_toks + n > s->cap_toks) {
-        size_t cap = (s->n_toks + n) * 2 + 64;
-        int32_t *q = realloc(s->toks, cap * sizeof *q);
-        if (!q) return false;
-        s->toks = q;
-        s->cap_toks = cap;
-    }
-    memcpy(s->toks + s->n_toks, t, n * sizeof *t);
-    s->n_toks += n;
-    return true;
+    return toks_set(s, s->n_toks, t, n);
 }
 
 static void reset(chat_state *s, bool keep_system) {
@@ -120,15 +107,9 @@ static void reset(chat_state *s, bool keep_system) {
     rp_status st = s->spec ? rp_spec_seq_reset(s->spec, 0, &s->sp) : RP_OK;
     if (st) tool_fail(s->cmd, st);
     rp_sampler_reset(s->smp);
-    s->fed_len = 0;
-    if (s->fed) s->fed[0] = 0;
-    s->n_toks = 0;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    s->fed.len = 0;
+    if (s->fed.data) s->fed.data[0] = 0;
+    toks_set(s, 0, NULL, 0);
 }
 
 /* Decodes toks[from..n_toks) (the cache holds toks[0..from)). */
@@ -161,12 +142,12 @@ static bool feed(chat_state *s, const char *full, size_t *n_new, size_t *n_reuse
     const char *bos =
         rp_vocab_bos(s->vocab) >= 0 ? rp_vocab_text(s->vocab, rp_vocab_bos(s->vocab)) : NULL;
     bool text_has_bos = bos && *bos && !strncmp(full, bos, strlen(bos));
-    if (s->fed_len == 0 ||
-        (s->fed_len <= len && !memcmp(s->fed, full, s->fed_len) && s->n_toks > 0)) {
+    const size_t fed_len = s->fed.len;
+    if (fed_len == 0 || (fed_len <= len && !memcmp(s->fed.data, full, fed_len) && s->n_toks > 0)) {
         /* the cache's text is a prefix: tokenize and decode only the rest */
-        const char *delta = full + s->fed_len;
+        const char *delta = full + fed_len;
         bool first = s->n_toks == 0;
-        st = rp_tokenize(s->vocab, delta, len - s->fed_len, first && !text_has_bos, true, &t, &n);
+        st = rp_tokenize(s->vocab, delta, len - fed_len, first && !text_has_bos, true, &t, &n);
         if (st) return tool_fail(s->cmd, st), false;
         size_t from = s->n_toks;
         if (from + n > rp_context_n_ctx(s->ctx)) {
@@ -178,7 +159,7 @@ static bool feed(chat_state *s, const char *full, size_t *n_new, size_t *n_reuse
             free(t);
             return false;
         }
-        bool ok = toks_append(s, t, n) && fed_append(s, delta, len - s->fed_len);
+        bool ok = toks_append(s, t, n) && fed_append(s, delta, len - fed_len);
         free(t);
         if (!ok) return tool_fail(s->cmd, RP_ERR_NOMEM), false;
         *n_new = n;
@@ -211,9 +192,8 @@ static bool feed(chat_state *s, const char *full, size_t *n_new, size_t *n_reuse
         free(t);
         return tool_fail(s->cmd, st), false;
     }
-    s->n_toks = k;
-    s->fed_len = 0;
-    bool ok = toks_append(s, t + k, n - k) && fed_append(s, full, len);
+    s->fed.len = 0;
+    bool ok = toks_set(s, k, t + k, n - k) && fed_append(s, full, len);
     free(t);
     if (!ok) return tool_fail(s->cmd, RP_ERR_NOMEM), false;
     /* the sampler's penalty window follows the cache */
@@ -242,7 +222,7 @@ static bool answer_stops(const chat_state *s, int n_gen, uint32_t n_ctx, const c
  * handled as plain decoding handles each; the spec stops at the end-of-turn
  * token and never goes past the limits it is given, so its tokens and the
  * cache's stay the same. */
-static bool answer_spec(chat_state *s, rp_buf *text, int *n_gen, const char **why) {
+static bool answer_spec(chat_state *s, tbuf *text, int *n_gen, const char **why) {
     char piece[512];
     *n_gen = 0;
     *why = "end of turn";
@@ -263,7 +243,7 @@ static bool answer_spec(chat_state *s, rp_buf *text, int *n_gen, const char **wh
                 return tool_fail(s->cmd, RP_ERR_NOMEM), false;
             rp_sampler_accept(s->smp, out[i]);
             if (eog) return true;
-            rp_buf_append(text, piece, (size_t)n);
+            tbuf_add(text, piece, (size_t)n);
             fwrite(piece, 1, (size_t)n, stdout);
             (*n_gen)++;
         }
@@ -274,7 +254,7 @@ static bool answer_spec(chat_state *s, rp_buf *text, int *n_gen, const char **wh
 
 /* Samples an answer, streaming it to stdout; its tokens (and the
  * end-of-turn token that closes it) join the cache. */
-static bool answer(chat_state *s, rp_buf *text, int *n_gen, const char **why) {
+static bool answer(chat_state *s, tbuf *text, int *n_gen, const char **why) {
     if (s->spec) return answer_spec(s, text, n_gen, why);
     char piece[512];
     *n_gen = 0;
@@ -291,7 +271,7 @@ static bool answer(chat_state *s, rp_buf *text, int *n_gen, const char **why) {
             return tool_fail(s->cmd, RP_ERR_NOMEM), false;
         if (!decode_from(s, s->n_toks - 1)) return false;
         if (eog) break;
-        rp_buf_append(text, piece, (size_t)k);
+        tbuf_add(text, piece, (size_t)k);
         fwrite(piece, 1, (size_t)k, stdout);
         fflush(stdout);
         (*n_gen)++;
@@ -321,7 +301,7 @@ static bool turn(chat_state *s, const char *line, size_t len, int index) {
         return false;
     }
     double t1 = now_s();
-    rp_buf text = {0};
+    tbuf text = {0};
     int n_gen = 0;
     const char *why = "";
     g_interrupt = 0;
@@ -331,7 +311,7 @@ static bool turn(chat_state *s, const char *line, size_t len, int index) {
     fputc('\n', stdout);
     fflush(stdout);
     if (!msg_push(&s->hist, "assistant", text.data ? text.data : "", text.len)) ok = false;
-    rp_buf_free(&text);
+    tbuf_free(&text);
     if (!strcmp(why, "interrupted")) fprintf(stderr, "[answer stopped]\n");
     if (!strcmp(why, "context full"))
         fprintf(stderr, "[context full (%u positions): /reset to start over or raise -c]\n",
@@ -356,102 +336,85 @@ static bool turn(chat_state *s, const char *line, size_t len, int index) {
     return ok;
 }
 
-int cmd_chat(int argc, char **argv) {
-    const char *cmd = "chat";
+typedef struct chat_opts {
     model_opts mo;
-    model_opts_init(&mo);
-    rp_sampler_params sp = rp_sampler_default_params();
-    const char *system = NULL, *tmpl_name = NULL;
-    int n_predict = -1;
-    uint64_t seed = 0xFFFFFFFFu;
-    bool no_think = false, stats = false;
-    spec_opts so;
-    spec_opts_init(&so);
+    sampling_opts so;
+    spec_opts spec;
+    const char *system, *tmpl_name;
+    int n_predict;
+    bool no_think, stats;
+} chat_opts;
+
+static int chat_parse(const char *cmd, chat_opts *o, int argc, char **argv) {
+    model_opts_init(&o->mo);
+    sampling_opts_init(&o->so);
+    spec_opts_init(&o->spec);
+    o->n_predict = -1;
     const arg_opt opts[] = {
-        {"--system", ARG_STR, &system, "TEXT", "system message"},
-        {"--chat-template", ARG_STR, &tmpl_name, "NAME",
+        {"--system", ARG_STR, &o->system, "TEXT", "system message"},
+        {"--chat-template", ARG_STR, &o->tmpl_name, "NAME",
          "template family instead of the model's own (see below)"},
-        {"--no-think", ARG_FLAG, &no_think, NULL,
+        {"--no-think", ARG_FLAG, &o->no_think, NULL,
          "Qwen3: answer without reasoning (enable_thinking = false)"},
-        {"-n|--n-predict", ARG_INT, &n_predict, "N",
+        {"-n|--n-predict", ARG_INT, &o->n_predict, "N",
          "most tokens per answer (-1 = until end of turn)"},
-        {"-s|--seed", ARG_U64, &seed, "N", "sampling seed (default 4294967295)"},
-        {"--temp", ARG_FLOAT, &sp.temp, "T", "temperature (0 = greedy; default 0.8)"},
-        {"--top-k", ARG_INT, &sp.top_k, "K", "top-k (0 = off; default 40)"},
-        {"--top-p", ARG_FLOAT, &sp.top_p, "P", "top-p (1 = off; default 0.95)"},
-        {"--min-p", ARG_FLOAT, &sp.min_p, "P", "min-p (0 = off; default 0.05)"},
-        {"--repeat-penalty", ARG_FLOAT, &sp.repeat_penalty, "F", "repetition penalty (1 = off)"},
-        {"--stats", ARG_FLAG, &stats, NULL,
+        {0},
+    };
+    const arg_opt report_opts[] = {
+        {"--stats", ARG_FLAG, &o->stats, NULL,
          "after each answer, tokens decoded, reused and generated (stderr)"},
         {0},
     };
-    const arg_opt *tables[] = {opts, model_opts_table(&mo), spec_opts_table(&so), NULL};
-    arg_spec spec = {cmd,
-                     "reprise chat -m MODEL [--system TEXT] [options]",
-                     "A conversation through the model's chat template. On a terminal: line "
-                     "editing, the answer\n"
-                     "streamed, Ctrl-C stops the answer, /reset starts over, /quit or Ctrl-D "
-                     "leaves. With stdin\n"
-                     "not a terminal: one user turn per line, one answer per turn on stdout.",
-                     tables,
-                     NULL,
-                     0,
-                     NULL};
-    bool help;
-    if (!args_parse(&spec, argc, argv, &help)) {
-        if (help)
-            printf("\nchat templates: %s\n\n%s\n\n%s\n", rp_chat_names(), g_plan_help, g_spec_help);
-        return help ? 0 : 2;
+    const arg_opt *tables[] = {opts,
+                               sampling_opts_table(&o->so),
+                               report_opts,
+                               model_opts_table(&o->mo, MO_ALL),
+                               spec_opts_table(&o->spec),
+                               NULL};
+    char templates[512];
+    snprintf(templates, sizeof templates, "chat templates: %s", rp_chat_names());
+    const char *const epilog[] = {templates, g_plan_help, g_spec_help, NULL};
+    const arg_spec spec = {
+        .cmd = cmd,
+        .usage = "reprise chat -m MODEL [--system TEXT] [options]",
+        .description = "A conversation through the model's chat template. On a terminal: line "
+                       "editing, the answer\nstreamed, Ctrl-C stops the answer, /reset starts "
+                       "over, /quit or Ctrl-D leaves. With stdin\nnot a terminal: one user turn "
+                       "per line, one answer per turn on stdout.",
+        .tables = tables,
+        .epilog = epilog};
+    int rc = args_parse_cmd(&spec, argc, argv);
+    if (rc != ARGS_OK) return rc;
+    return spec_opts_check(cmd, &o->spec, &o->mo) && sampling_opts_check(cmd, &o->so) ? ARGS_OK : 2;
+}
+
+/* The sampler, the speculative draft, the system message, and a template
+ * that renders (refused before the first question). */
+static bool chat_open(chat_state *s, const chat_opts *o) {
+    s->smp = rp_sampler_new(&o->so.sp, rp_n_vocab(s->ctx));
+    if (!s->smp) return tool_fail(s->cmd, RP_ERR_NOMEM), false;
+    s->sp = o->so.sp;
+    if (spec_opts_active(&o->spec)) {
+        s->spec = spec_open(s->cmd, &o->spec, s->ctx, NULL);
+        rp_status st = s->spec ? rp_spec_seq_reset(s->spec, 0, &s->sp) : RP_OK;
+        if (st) tool_fail(s->cmd, st);
+        if (!s->spec || st) return false;
     }
-    if (!spec_opts_check(cmd, &so, &mo)) return 2;
-    sp.seed = seed;
-    if (sp.temp < 0) sp.temp = 0;
-    if (sp.top_p <= 0 || sp.top_p > 1 || sp.min_p < 0 || sp.min_p > 1 || sp.repeat_penalty <= 0) {
-        tool_error(
-            cmd,
-            "sampling values out of range (top-p in (0,1], min-p in [0,1], repeat-penalty > 0)");
-        return 2;
-    }
-    rp_model *model;
-    rp_context *ctx;
-    int code;
-    if (!tool_load(cmd, &mo, 1, &model, &ctx, &code)) return code;
-    chat_state s = {.cmd = cmd,
-                    .model = model,
-                    .ctx = ctx,
-                    .vocab = rp_model_vocab(model),
-                    .n_predict = n_predict,
-                    .stats = stats};
-    s.copts = (rp_chat_opts){.name = tmpl_name, .enable_thinking = no_think ? 0 : -1};
-    int ret = 1;
-    s.smp = rp_sampler_new(&sp, rp_n_vocab(ctx));
-    if (!s.smp) {
-        tool_fail(cmd, RP_ERR_NOMEM);
-        goto out;
-    }
-    s.sp = sp;
-    if (spec_opts_active(&so)) {
-        s.spec = spec_open(cmd, &so, ctx, NULL);
-        rp_status st = s.spec ? rp_spec_seq_reset(s.spec, 0, &sp) : RP_OK;
-        if (!s.spec || st) {
-            if (st) tool_fail(cmd, st);
-            goto out;
-        }
-    }
-    if (system && !msg_push(&s.hist, "system", system, strlen(system))) goto out;
-    /* refuse a template we cannot render before the first question */
-    {
-        rp_chat_msg probe[2] = {{"system", system ? system : ""}, {"user", "hi"}};
-        char *t = NULL;
-        s.copts.add_assistant = true;
-        rp_status st =
-            rp_chat_apply_opts(model, &s.copts, system ? probe : probe + 1, system ? 2 : 1, &t);
-        free(t);
-        if (st) {
-            tool_fail(cmd, st);
-            goto out;
-        }
-    }
+    if (o->system && !msg_push(&s->hist, "system", o->system, strlen(o->system))) return false;
+    rp_chat_msg probe[2] = {{"system", o->system ? o->system : ""}, {"user", "hi"}};
+    char *t = NULL;
+    s->copts.add_assistant = true;
+    rp_status st = rp_chat_apply_opts(s->model, &s->copts, o->system ? probe : probe + 1,
+                                      o->system ? 2 : 1, &t);
+    free(t);
+    if (st) return tool_fail(s->cmd, st), false;
+    return true;
+}
+
+/* The conversation: one turn per line until /quit, Ctrl-D or the end of
+ * stdin. false when a turn failed with stdin not a terminal (a script gets a
+ * failing exit status). */
+static bool chat_loop(chat_state *s) {
     const bool tty = isatty(0);
     if (tty) {
         struct sigaction sa;
@@ -466,57 +429,65 @@ int cmd_chat(int argc, char **argv) {
     int index = 0;
     char *line = NULL;
     size_t cap = 0;
+    bool ok = true;
     for (;;) {
         char *l;
         if (tty) {
             g_interrupt = 0;
             l = readline("> ");
+            if (!l && g_interrupt) { /* Ctrl-C at the prompt: drop the line, a fresh prompt */
+                fputc('\n', stdout);
+                continue;
+            }
             if (!l) {
-                if (g_interrupt) { /* Ctrl-C at the prompt: drop the line, a fresh prompt */
-                    fputc('\n', stdout);
-                    continue;
-                }
                 fputc('\n', stdout);
                 break;
             }
         } else {
-            ssize_t k = getline(&line, &cap, stdin);
-            if (k < 0) break;
+            if (getline(&line, &cap, stdin) < 0) break;
             l = line;
         }
         size_t len = strlen(l);
         while (len && (l[len - 1] == '\n' || l[len - 1] == '\r')) l[--len] = 0;
-        bool owned = tty;
-        if (len == 0) {
-            if (owned) free(l);
-            continue;
-        }
-        if (tty) add_history(l);
-        if (!strcmp(l, "/quit") || !strcmp(l, "/exit")) {
-            if (owned) free(l);
-            break;
-        }
-        if (!strcmp(l, "/reset")) {
-            reset(&s, true);
+        if (tty && len) add_history(l);
+        const bool quit = !strcmp(l, "/quit") || !strcmp(l, "/exit");
+        if (!quit && !strcmp(l, "/reset")) {
+            reset(s, true);
             fprintf(stderr, "[conversation reset]\n");
-            if (owned) free(l);
-            continue;
+        } else if (!quit && len) {
+            ok = turn(s, l, len, ++index) || tty;
         }
-        bool ok = turn(&s, l, len, ++index);
-        if (owned) free(l);
-        if (!ok && !tty) goto out_line; /* a script gets a failing exit status */
+        if (tty) free(l);
+        if (quit || !ok) break;
     }
-    ret = 0;
-out_line:
     free(line);
-out:
+    return ok;
+}
+
+int cmd_chat(int argc, char **argv) {
+    const char *cmd = "chat";
+    chat_opts o;
+    memset(&o, 0, sizeof o);
+    int rc = chat_parse(cmd, &o, argc, argv);
+    if (rc != ARGS_OK) return rc;
+    rp_model *model;
+    rp_context *ctx;
+    if (!tool_load(cmd, &o.mo, 1, &model, &ctx, &rc)) return rc;
+    chat_state s = {.cmd = cmd,
+                    .model = model,
+                    .ctx = ctx,
+                    .vocab = rp_model_vocab(model),
+                    .n_predict = o.n_predict,
+                    .stats = o.stats};
+    s.copts = (rp_chat_opts){.name = o.tmpl_name, .enable_thinking = o.no_think ? 0 : -1};
+    rc = chat_open(&s, &o) && chat_loop(&s) ? 0 : 1;
     while (s.hist.n) msg_pop(&s.hist);
     free(s.hist.v);
-    free(s.fed);
-    free(s.toks);
+    tbuf_free(&s.fed);
+    tbuf_free(&s.toks_buf);
     rp_sampler_free(s.smp);
     rp_spec_free(s.spec);
     rp_context_free(ctx);
     rp_model_free(model);
-    return ret;
+    return rc;
 }

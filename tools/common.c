@@ -165,6 +165,13 @@ void args_usage(const arg_spec *spec, FILE *fp) {
             fprintf(fp, "  %-30s %s\n", left, o->help ? o->help : "");
         }
     fprintf(fp, "  %-30s %s\n", "-h,--help", "show this help");
+    for (const char *const *e = spec->epilog; e && *e; e++) fprintf(fp, "\n%s\n", *e);
+}
+
+int args_parse_cmd(const arg_spec *spec, int argc, char **argv) {
+    bool help;
+    if (args_parse(spec, argc, argv, &help)) return ARGS_OK;
+    return help ? 0 : 2;
 }
 
 /* ---- messages ------------------------------------------------------------ */
@@ -196,12 +203,6 @@ int tool_fail(const char *cmd, rp_status s) {
 }
 
 /* ---- progress ------------------------------------------------------------ */
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 void progress_init(progress *p, const char *label) {
     p->label = label;
@@ -237,137 +238,113 @@ void progress_done(progress *p) {
     }
 }
 
-/* ---- model options ------------------------------------------------------- */
+/* ---- small helpers ---------------------------------------------------------- */
 
-const char *const g_plan_help =
-    "layer plans (weights are shared by pointer: a repeated layer costs compute and KV, no "
-    "memory):\n"
-    "  --repeat-layers SPEC  RYS blocks: 'i,j' or 'i-j' is the half-open range [i,j) of source\n"
-    "                        layers, run a second time right after its first pass; several\n"
-    "                        blocks separated by ';' (any order, must not overlap).\n"
-    "                        '26,34' on 64 layers runs ...,25,26..33,26..33,34,...,63.\n"
-    "  --layer-map MAP       the whole sequence of source layers, comma separated; an item is a\n"
-    "                        layer 'k' or an inclusive range 'a..b' (ExLlamaV3 style):\n"
-    "                        '0..15,11..31' or '0,1,2,2,3'. Layers may repeat or be skipped.\n"
-    "  --plan FILE           a plan file (reprise plan save): its spec, applied only to the model\n"
-    "                        it was made for (architecture, layer count, content hash of the\n"
-    "                        weights); --plan-force accepts weights with another content hash.";
-
-void model_opts_init(model_opts *o) {
-    memset(o, 0, sizeof *o);
-    o->type_k = RP_TYPE_F16;
-    o->type_v = RP_TYPE_F16;
+double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-const arg_opt *model_opts_table(model_opts *o) {
-    /* One table per call site is enough: tools parse once. */
-    static arg_opt t[14];
-    arg_opt src[] = {
-        {"-m|--model", ARG_STR, &o->model, "FILE", "GGUF model to load"},
-        {"-c|--ctx-size", ARG_U32, &o->n_ctx, "N",
-         "context size per sequence (0 = model's, max 4096)"},
-        {"-b|--batch-size", ARG_U32, &o->n_batch, "N", "tokens computed per pass (default 512)"},
-        {"-t|--threads", ARG_INT, &o->n_threads, "N", "threads (default: physical cores)"},
-        {"-ctk|--cache-type-k", ARG_KVTYPE, &o->type_k, "TYPE",
-         "KV cache type for K: f32 or f16 (default f16)"},
-        {"-ctv|--cache-type-v", ARG_KVTYPE, &o->type_v, "TYPE",
-         "KV cache type for V: f32 or f16 (default f16)"},
-        {"--repeat-layers", ARG_STR, &o->repeat_layers, "SPEC",
-         "RYS plan: repeat source layers [i,j) (see below)"},
-        {"--layer-map", ARG_STR, &o->layer_map, "MAP",
-         "explicit plan: '0..15,11..31' or '0,1,2,2,3'"},
-        {"--plan", ARG_STR, &o->plan_file, "FILE",
-         "plan file (reprise plan save) checked against the model"},
-        {"--plan-force", ARG_FLAG, &o->plan_force, NULL,
-         "apply --plan to weights with another content hash"},
-        {"--dump-plan", ARG_FLAG, &o->dump_plan, NULL, "print the layer plan and exit"},
-        {"-q|--quiet", ARG_FLAG, &o->quiet, NULL, "only errors on stderr"},
+const char *base_name(const char *path) {
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+void fmt_duration(char *buf, size_t n, double s) {
+    if (s < 0) s = 0;
+    if (s < 90)
+        snprintf(buf, n, "%.0fs", s);
+    else if (s < 5400)
+        snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
+    else
+        snprintf(buf, n, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
+}
+
+/* Room for n more bytes and the NUL after them. */
+static bool tbuf_room(tbuf *b, size_t n) {
+    if (n > SIZE_MAX / 2 - b->len) return false;
+    size_t want = b->len + n + 1;
+    if (want <= b->cap) return true;
+    size_t cap = b->cap < 64 ? 64 : b->cap;
+    while (cap < want) cap += cap / 2;
+    char *d = realloc(b->data, cap);
+    if (!d) return false;
+    b->data = d;
+    b->cap = cap;
+    return true;
+}
+
+bool tbuf_add(tbuf *b, const void *p, size_t n) {
+    if (!tbuf_room(b, n)) return false;
+    if (n) memcpy(b->data + b->len, p, n);
+    b->len += n;
+    b->data[b->len] = 0;
+    return true;
+}
+
+bool tbuf_printf(tbuf *b, const char *fmt, ...) {
+    va_list ap, aq;
+    va_start(ap, fmt);
+    va_copy(aq, ap);
+    const int n = vsnprintf(NULL, 0, fmt, aq);
+    va_end(aq);
+    bool ok = n >= 0 && tbuf_room(b, (size_t)n);
+    if (ok) {
+        vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+        b->len += (size_t)n;
+    }
+    va_end(ap);
+    return ok;
+}
+
+void tbuf_free(tbuf *b) {
+    free(b->data);
+    *b = (tbuf){0};
+}
+
+/* ---- sampling options ----------------------------------------------------------- */
+
+void sampling_opts_init(sampling_opts *o) {
+    o->sp = rp_sampler_default_params();
+    o->seed = 0xFFFFFFFFu;
+}
+
+const arg_opt *sampling_opts_table(sampling_opts *o) {
+    static arg_opt t[10];
+    rp_sampler_params *sp = &o->sp;
+    const arg_opt src[] = {
+        {"-s|--seed", ARG_U64, &o->seed, "N", "sampling seed (default 4294967295)"},
+        {"--temp", ARG_FLOAT, &sp->temp, "T", "temperature (0 = greedy; default 0.8)"},
+        {"--top-k", ARG_INT, &sp->top_k, "K", "top-k (0 = off; default 40)"},
+        {"--top-p", ARG_FLOAT, &sp->top_p, "P", "top-p (1 = off; default 0.95)"},
+        {"--min-p", ARG_FLOAT, &sp->min_p, "P", "min-p (0 = off; default 0.05)"},
+        {"--repeat-penalty", ARG_FLOAT, &sp->repeat_penalty, "F", "repetition penalty (1 = off)"},
+        {"--repeat-last-n", ARG_INT, &sp->penalty_last_n, "N",
+         "tokens the penalties look back (default 64, -1 = all)"},
+        {"--frequency-penalty", ARG_FLOAT, &sp->freq_penalty, "F", "frequency penalty (0 = off)"},
+        {"--presence-penalty", ARG_FLOAT, &sp->presence_penalty, "F", "presence penalty (0 = off)"},
         {0},
     };
     memcpy(t, src, sizeof src);
     return t;
 }
 
-bool tool_load(const char *cmd, const model_opts *o, uint32_t n_seq, rp_model **model,
-               rp_context **ctx, int *exit_code) {
-    *model = NULL;
-    *ctx = NULL;
-    *exit_code = 1;
-    if (o->quiet) g_verbosity = 0;
-    if (!o->model) {
-        tool_error(cmd, "no model given (-m FILE)");
+bool sampling_opts_check(const char *cmd, sampling_opts *o) {
+    rp_sampler_params *sp = &o->sp;
+    sp->seed = o->seed;
+    if (sp->temp < 0) sp->temp = 0;
+    if (sp->top_p <= 0 || sp->top_p > 1 || sp->min_p < 0 || sp->min_p > 1 ||
+        sp->repeat_penalty <= 0) {
+        tool_error(
+            cmd,
+            "sampling values out of range (top-p in (0,1], min-p in [0,1], repeat-penalty > 0)");
         return false;
-    }
-    if (o->repeat_layers && o->layer_map) {
-        tool_error(cmd, "--repeat-layers and --layer-map are alternatives; give one");
-        return false;
-    }
-    if (o->plan_file && (o->repeat_layers || o->layer_map)) {
-        tool_error(cmd, "--plan and %s are alternatives; give one",
-                   o->repeat_layers ? "--repeat-layers" : "--layer-map");
-        return false;
-    }
-    rp_model_params mp = rp_model_default_params();
-    progress pr;
-    progress_init(&pr, "loading");
-    mp.progress = progress_cb;
-    mp.progress_user = &pr;
-    rp_status s = rp_model_load(o->model, &mp, model);
-    progress_done(&pr);
-    if (s) {
-        tool_fail(cmd, s);
-        return false;
-    }
-    rp_context_params cp = rp_context_default_params();
-    cp.n_ctx = o->n_ctx;
-    cp.n_batch = o->n_batch;
-    cp.n_seq_max = n_seq;
-    cp.n_threads = o->n_threads;
-    cp.type_k = o->type_k;
-    cp.type_v = o->type_v;
-    cp.keep_hidden = o->keep_hidden;
-    struct rp_planfile *pf = NULL;
-    if (!tool_plan_resolve(cmd, o, *model, &pf, &cp.repeat_layers, &cp.layer_map)) {
-        rp_model_free(*model);
-        *model = NULL;
-        return false;
-    }
-    s = rp_context_new(*model, &cp, ctx);
-    tool_plan_free(pf);
-    if (s) {
-        tool_fail(cmd, s);
-        rp_model_free(*model);
-        *model = NULL;
-        return false;
-    }
-    if (o->dump_plan) {
-        tool_print_plan(stdout, *ctx);
-        rp_context_free(*ctx);
-        rp_model_free(*model);
-        *ctx = NULL;
-        *model = NULL;
-        *exit_code = 0;
-        return false;
-    }
-    if (g_verbosity > 0) {
-        char desc[256];
-        rp_model_desc(*model, desc, sizeof desc);
-        fprintf(stderr, "model: %s\n", desc);
-        tool_print_plan(stderr, *ctx);
     }
     return true;
 }
 
-void tool_print_plan(FILE *fp, const rp_context *ctx) {
-    int n = rp_context_plan_report(ctx, NULL, 0);
-    char *buf = malloc((size_t)n + 1);
-    if (!buf) return;
-    rp_context_plan_report(ctx, buf, (size_t)n + 1);
-    fputs(buf, fp);
-    free(buf);
-}
-
-/* ---- text helpers -------------------------------------------------------- */
+/* ---- text ---------------------------------------------------------------- */
 
 char *tool_read_text(const char *cmd, const char *path, size_t *len) {
     FILE *fp = fopen(path, "rb");

@@ -1,7 +1,5 @@
 /* reprise convert: a Hugging Face checkpoint directory to a GGUF file. */
-#include "convert/convert.h"
 #include "tools.h"
-#include "kernels/types.h"
 
 #include <inttypes.h>
 #include <string.h>
@@ -11,24 +9,17 @@ static void print_plan(const rp_conv *cv) {
     printf("%-34s %-5s %-16s %11s  %s\n", "tensor", "type", "shape", "bytes", "from");
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++) {
-        const rp_conv_out *o = rp_conv_out_at(cv, i);
+        rp_conv_tensor o;
+        rp_conv_tensor_at(cv, i, &o);
         char shape[64], from[400];
         size_t k = 0;
-        for (uint32_t d = 0; d < o->n_dims && k < sizeof shape; d++)
+        for (uint32_t d = 0; d < o.n_dims && k < sizeof shape; d++)
             k += (size_t)snprintf(shape + k, sizeof shape - k, "%s%" PRId64, d ? ", " : "[",
-                                  o->ne[d]);
+                                  o.ne[d]);
         if (k < sizeof shape) snprintf(shape + k, sizeof shape - k, "]");
-        k = 0;
-        from[0] = 0;
-        for (int s = 0; s < o->n_src && k < sizeof from; s++)
-            k += (size_t)snprintf(from + k, sizeof from - k, "%s%s (%s)", s ? " + " : "",
-                                  o->src[s]->name, o->src[s]->dtype);
-        if (o->note && k < sizeof from)
-            snprintf(from + k, sizeof from - k, "%s%s", k ? ", " : "", o->note);
-        uint64_t bytes =
-            rp_row_size(o->type, o->ne[0]) * (uint64_t)(o->ne[1] * o->ne[2] * o->ne[3]);
-        total += bytes;
-        printf("%-34s %-5s %-16s %11" PRIu64 "  %s\n", o->name, rp_type_name(o->type), shape, bytes,
+        rp_conv_tensor_from(cv, i, from, sizeof from);
+        total += o.bytes;
+        printf("%-34s %-5s %-16s %11" PRIu64 "  %s\n", o.name, rp_type_name(o.type), shape, o.bytes,
                from);
     }
     uint64_t size = rp_conv_file_size(cv);
@@ -74,13 +65,17 @@ int cmd_convert(int argc, char **argv) {
              "falls\n"
              "back to f16 for rows that are not a multiple of 32. Architectures:\n  %s",
              rp_conv_arch_list());
-    arg_spec spec = {
-        cmd,   "reprise convert HF_DIR -o OUT.gguf [--outtype f32|f16|bf16|q8_0|auto] [--dry-run]",
-        about, tables,
-        pos,   1,
-        &n_pos};
-    bool help;
-    if (!args_parse(&spec, argc, argv, &help)) return help ? 0 : 2;
+    const arg_spec spec = {
+        .cmd = cmd,
+        .usage =
+            "reprise convert HF_DIR -o OUT.gguf [--outtype f32|f16|bf16|q8_0|auto] [--dry-run]",
+        .description = about,
+        .tables = tables,
+        .pos = pos,
+        .max_pos = 1,
+        .n_pos = &n_pos};
+    int rc = args_parse_cmd(&spec, argc, argv);
+    if (rc != ARGS_OK) return rc;
     if (quiet) g_verbosity = 0;
     if (n_pos != 1) {
         tool_error(cmd, "give one checkpoint directory (see --help)");

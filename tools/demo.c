@@ -3,9 +3,6 @@
  * needs no file: a short generation without a plan and with a plan repeating
  * a middle block, the plan report, and the perplexity of both on text the
  * model never saw. */
-#include "eval/eval.h"
-#include "format/gguf.h"
-#include "core/model.h"
 #include "tools.h"
 
 #include <stdlib.h>
@@ -60,20 +57,7 @@ static int generate(const rp_model *m, const char *plan, int n_threads) {
     return s ? tool_fail("demo", s) : 0;
 }
 
-typedef struct ppl_state {
-    rp_ppl_acc acc;
-    int32_t n_vocab;
-} ppl_state;
-
-static rp_status ppl_chunk(const rp_eval_chunk *ch, void *user) {
-    ppl_state *st = user;
-    for (int j = 0; j < ch->n_score; j++)
-        rp_ppl_add(&st->acc, rp_eval_nll(ch->logits[j], st->n_vocab, ch->target[j]));
-    return RP_OK;
-}
-
-static int perplexity(const rp_model *m, const char *plan, const int32_t *toks,
-                      const rp_eval_windows *w, int n_threads) {
+static int perplexity(const rp_model *m, const char *plan, int n_threads) {
     rp_context_params cp = rp_context_default_params();
     cp.n_ctx = DEMO_CTX;
     cp.n_threads = n_threads;
@@ -82,13 +66,18 @@ static int perplexity(const rp_model *m, const char *plan, const int32_t *toks,
     rp_context *c;
     rp_status s = rp_context_new(m, &cp, &c);
     if (s) return tool_fail("demo", s);
-    ppl_state st = {.n_vocab = w->n_vocab};
-    s = rp_eval_run(c, toks, w, 2, ppl_chunk, &st);
+    const rp_perplexity_params pp = {.n_chunks = DEMO_CHUNKS};
+    rp_perplexity_result r;
+    s = rp_perplexity(c, (const char *)rp_demo_text, (size_t)(rp_demo_text_end - rp_demo_text), &pp,
+                      &r);
     rp_context_free(c);
     if (s) return tool_fail("demo", s);
+    if (!plan)
+        printf("perplexity on the held-out last 5%% of War and Peace (%d chunks of %d tokens, "
+               "llama.cpp's method):\n",
+               r.windows.n_chunk, r.windows.n_ctx);
     printf("  %-26s PPL = %8.4f +/- %.4f\n",
-           plan ? "--repeat-layers " DEMO_PLAN ":" : "no plan:", rp_ppl_value(&st.acc),
-           rp_ppl_uncertainty(&st.acc));
+           plan ? "--repeat-layers " DEMO_PLAN ":" : "no plan:", r.ppl, r.unc);
     return 0;
 }
 
@@ -99,21 +88,17 @@ int cmd_demo(int argc, char **argv) {
         {0},
     };
     const arg_opt *tables[] = {opts, NULL};
-    arg_spec spec = {"demo",
-                     "reprise demo",
-                     "The `make run` job: the embedded demo model with and without a layer plan.",
-                     tables,
-                     NULL,
-                     0,
-                     NULL};
-    bool help;
-    if (!args_parse(&spec, argc, argv, &help)) return help ? 0 : 2;
-    rp_gguf *g;
-    rp_status s = rp_gguf_open_mem(rp_demo_gguf, (size_t)(rp_demo_gguf_end - rp_demo_gguf), &g);
-    if (s) return tool_fail("demo", s);
+    const arg_spec spec = {
+        .cmd = "demo",
+        .usage = "reprise demo",
+        .description = "The `make run` job: the embedded demo model with and without a layer plan.",
+        .tables = tables};
+    int rc = args_parse_cmd(&spec, argc, argv);
+    if (rc != ARGS_OK) return rc;
     rp_model *m;
-    if ((s = rp_model_from_gguf(g, "models/demo-llama.gguf (embedded)", NULL, &m)))
-        return tool_fail("demo", s);
+    rp_status s = rp_model_load_mem(rp_demo_gguf, (size_t)(rp_demo_gguf_end - rp_demo_gguf),
+                                    "models/demo-llama.gguf (embedded)", NULL, &m);
+    if (s) return tool_fail("demo", s);
     char desc[256];
     rp_model_desc(m, desc, sizeof desc);
     printf("reprise demo\n\n"
@@ -123,27 +108,10 @@ int cmd_demo(int argc, char **argv) {
            "  reprise convert, embedded in this binary; models/README.md has the exact "
            "reproduction.\n\n",
            desc);
-    int rc = generate(m, NULL, n_threads);
+    rc = generate(m, NULL, n_threads);
     if (!rc) rc = generate(m, DEMO_PLAN, n_threads);
-    if (!rc) {
-        const char *text = (const char *)rp_demo_text;
-        size_t len = (size_t)(rp_demo_text_end - rp_demo_text);
-        int32_t *toks = NULL;
-        size_t n = 0;
-        rp_eval_windows w;
-        if ((s = rp_eval_tokenize(m, text, len, &toks, &n)) ||
-            (s = rp_eval_windows_init(&w, m, n, DEMO_CTX, DEMO_CHUNKS))) {
-            free(toks);
-            rp_model_free(m);
-            return tool_fail("demo", s);
-        }
-        printf("perplexity on the held-out last 5%% of War and Peace (%d chunks of %d tokens, "
-               "llama.cpp's method):\n",
-               w.n_chunk, w.n_ctx);
-        rc = perplexity(m, NULL, toks, &w, n_threads);
-        if (!rc) rc = perplexity(m, DEMO_PLAN, toks, &w, n_threads);
-        free(toks);
-    }
+    if (!rc) rc = perplexity(m, NULL, n_threads);
+    if (!rc) rc = perplexity(m, DEMO_PLAN, n_threads);
     rp_model_free(m);
     return rc;
 }

@@ -5,111 +5,11 @@
  *   plan check -m MODEL FILE [--plan-force]
  *   plan hash  MODEL...
  *
- * Also the pieces every tool uses for --plan FILE (tool_plan_resolve) and for a
- * model's content hash with a message when it has to be computed. */
-#include "core/model.h"
-#include "core/plan.h"
-#include "core/planfile.h"
+ * What every tool does with --plan FILE is plan_resolve.c. */
 #include "tools.h"
-#include "base/util.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-_Static_assert(TOOL_HASH_SIZE >= RP_CONTENT_HASH_LEN + 1, "TOOL_HASH_SIZE holds a content hash");
-
-bool tool_content_hash(const char *cmd, const rp_model *m, char hash[TOOL_HASH_SIZE]) {
-    progress pr;
-    progress_init(&pr, "hashing the weights");
-    rp_content_hash h;
-    double t0 = rp_time_s();
-    rp_status s = rp_content_hash_get(m->gguf, progress_cb, &pr, &h);
-    progress_done(&pr);
-    if (s) {
-        tool_fail(cmd, s);
-        return false;
-    }
-    /* said once when it is cached, every time when it is slow and cannot be */
-    double dt = rp_time_s() - t0;
-    if (h.source == RP_HASH_COMPUTED &&
-        (g_verbosity > 1 || (g_verbosity > 0 && (h.cached || dt >= 1.0)))) {
-        fprintf(stderr, "%s: content hash of %s computed in %.1f s (%.1f MiB of tensors); ", cmd,
-                m->path, dt, (double)rp_model_weight_bytes(m) / 1048576.0);
-        if (h.cached)
-            fprintf(stderr, "cached in %s\n", h.cache_path);
-        else
-            fprintf(stderr, "not cached (%s): it is computed again next time\n", h.cache_note);
-    }
-    memcpy(hash, h.hash, sizeof h.hash);
-    return true;
-}
-
-bool tool_plan_resolve(const char *cmd, const model_opts *o, const rp_model *m,
-                       struct rp_planfile **pf, const char **repeat, const char **map) {
-    *pf = NULL;
-    *repeat = o->repeat_layers;
-    *map = o->layer_map;
-    if (!o->plan_file) return true;
-    if (o->repeat_layers || o->layer_map) {
-        tool_error(cmd, "--plan and %s are alternatives; give one",
-                   o->repeat_layers ? "--repeat-layers" : "--layer-map");
-        return false;
-    }
-    rp_planfile *p;
-    rp_status s = rp_planfile_read(o->plan_file, &p);
-    if (s) {
-        tool_fail(cmd, s);
-        return false;
-    }
-    char hash[TOOL_HASH_SIZE];
-    bool forced = false;
-    if (!tool_content_hash(cmd, m, hash) ||
-        (s = rp_planfile_check(p, m, hash, o->plan_force, &forced))) {
-        if (s) {
-            rp_fail_prefix(s, "--plan %s", o->plan_file);
-            tool_fail(cmd, s);
-        }
-        rp_planfile_free(p);
-        return false;
-    }
-    if (forced) /* loudly, even with -q: the weights are not the ones the plan was made for */
-        fprintf(
-            stderr,
-            "warning: --plan-force: plan '%s' (%s) was made for the weights %s%s%s%s; %s holds %s. "
-            "Applying it anyway (same architecture %s, same %d layers): its effect on these "
-            "weights is untested\n",
-            p->name, o->plan_file, p->content_hash, p->base_file ? " (" : "",
-            p->base_file ? p->base_file : "", p->base_file ? ")" : "", m->path, hash, p->arch,
-            p->n_layer);
-    else if (g_verbosity > 0)
-        fprintf(stderr, "plan: '%s' from %s (made for these weights: %s)\n", p->name, o->plan_file,
-                hash);
-    *pf = p;
-    if (p->kind == RP_PLAN_REPEAT)
-        *repeat = p->spec;
-    else
-        *map = p->spec;
-    return true;
-}
-
-void tool_plan_free(struct rp_planfile *pf) {
-    rp_planfile_free(pf);
-}
-
-/* ---- subcommands ------------------------------------------------------------- */
-
-static rp_model *load_model(const char *cmd, const char *path) {
-    rp_model_params mp = rp_model_default_params();
-    progress pr;
-    progress_init(&pr, "loading");
-    mp.progress = progress_cb;
-    mp.progress_user = &pr;
-    rp_model *m = NULL;
-    rp_status s = rp_model_load(path, &mp, &m);
-    progress_done(&pr);
-    if (s) tool_fail(cmd, s);
-    return m;
-}
 
 static int plan_save(int argc, char **argv) {
     const char *cmd = "plan save";
@@ -128,22 +28,19 @@ static int plan_save(int argc, char **argv) {
         {0},
     };
     const arg_opt *tables[] = {opts, NULL};
-    arg_spec spec = {
-        cmd,
-        "reprise plan save -m MODEL (--repeat-layers SPEC | --layer-map MAP) --name NAME "
-        "[--description TEXT] -o FILE",
-        "Writes a plan file: the name, the description, the spec and the identity of MODEL\n"
-        "(architecture, layer count and the content hash of its tensors). `--plan FILE`\n"
-        "applies it wherever a spec is accepted; docs/plan-files.md describes the format.",
-        tables,
-        NULL,
-        0,
-        NULL};
-    bool help;
-    if (!args_parse(&spec, argc, argv, &help)) {
-        if (help) printf("\n%s\n", g_plan_help);
-        return help ? 0 : 2;
-    }
+    const char *const epilog[] = {g_plan_help, NULL};
+    const arg_spec spec = {
+        .cmd = cmd,
+        .usage = "reprise plan save -m MODEL (--repeat-layers SPEC | --layer-map MAP) --name NAME "
+                 "[--description TEXT] -o FILE",
+        .description =
+            "Writes a plan file: the name, the description, the spec and the identity of MODEL\n"
+            "(architecture, layer count and the content hash of its tensors). `--plan FILE`\n"
+            "applies it wherever a spec is accepted; docs/plan-files.md describes the format.",
+        .tables = tables,
+        .epilog = epilog};
+    int rc = args_parse_cmd(&spec, argc, argv);
+    if (rc != ARGS_OK) return rc;
     if (quiet) g_verbosity = 0;
     if (!model || !out || !name) {
         tool_error(cmd, "needs -m MODEL, --name NAME and -o FILE (see --help)");
@@ -160,7 +57,7 @@ static int plan_save(int argc, char **argv) {
                    name, RP_PLAN_NAME_MAX);
         return 2;
     }
-    rp_model *m = load_model(cmd, model);
+    rp_model *m = tool_load_model(cmd, model, false);
     if (!m) return 1;
     char hash[TOOL_HASH_SIZE];
     rp_planfile *pf = NULL;
@@ -195,16 +92,17 @@ static int plan_show(int argc, char **argv) {
     const arg_opt *tables[] = {opts, NULL};
     const char *pos[1];
     int n_pos = 0;
-    arg_spec spec = {cmd,
-                     "reprise plan show FILE [--json]",
-                     "Prints a plan file: name, description, spec, the steps it runs on its\n"
-                     "base model, and the base model's identity.",
-                     tables,
-                     pos,
-                     1,
-                     &n_pos};
-    bool help;
-    if (!args_parse(&spec, argc, argv, &help)) return help ? 0 : 2;
+    const arg_spec spec = {.cmd = cmd,
+                           .usage = "reprise plan show FILE [--json]",
+                           .description =
+                               "Prints a plan file: name, description, spec, the steps it runs on "
+                               "its\nbase model, and the base model's identity.",
+                           .tables = tables,
+                           .pos = pos,
+                           .max_pos = 1,
+                           .n_pos = &n_pos};
+    int rc = args_parse_cmd(&spec, argc, argv);
+    if (rc != ARGS_OK) return rc;
     if (n_pos != 1) {
         tool_error(cmd, "expected one plan file (see --help)");
         return 2;
@@ -219,16 +117,9 @@ static int plan_show(int argc, char **argv) {
         rp_planfile_free(pf);
         return text ? 0 : tool_fail(cmd, RP_ERR_NOMEM);
     }
-    rp_plan *p = NULL;
-    s = pf->kind == RP_PLAN_REPEAT ? rp_plan_repeat(pf->spec, pf->n_layer, pf->n_layer, &p)
-                                   : rp_plan_map(pf->spec, pf->n_layer, pf->n_layer, &p);
-    if (s) { /* the reader checked it already */
-        rp_planfile_free(pf);
-        return tool_fail(cmd, s);
-    }
-    int need = rp_plan_format(p, NULL, 0);
-    char *steps = malloc((size_t)need + 1);
-    if (steps) rp_plan_format(p, steps, (size_t)need + 1);
+    const int need = rp_planfile_steps(pf, NULL, 0);
+    char *steps = need >= 0 ? malloc((size_t)need + 1) : NULL;
+    if (steps) rp_planfile_steps(pf, steps, (size_t)need + 1);
     printf("plan:         %s\n", pf->name);
     if (*pf->description) printf("description:  %s\n", pf->description);
     printf("spec:         %s %s\n", pf->kind == RP_PLAN_REPEAT ? "--repeat-layers" : "--layer-map",
@@ -242,7 +133,6 @@ static int plan_show(int argc, char **argv) {
     printf("content hash: %s\n", pf->content_hash);
     if (pf->created_by) printf("created by:   %s\n", pf->created_by);
     free(steps);
-    rp_plan_free(p);
     rp_planfile_free(pf);
     return 0;
 }
@@ -260,18 +150,19 @@ static int plan_check(int argc, char **argv) {
     const arg_opt *tables[] = {opts, NULL};
     const char *pos[1];
     int n_pos = 0;
-    arg_spec spec = {
-        cmd,
-        "reprise plan check -m MODEL FILE [--plan-force]",
-        "Says whether the plan file applies to MODEL (exit 0) or why not (exit 1): the\n"
-        "architecture, the layer count and the content hash of the weights must match;\n"
-        "--plan-force accepts another content hash.",
-        tables,
-        pos,
-        1,
-        &n_pos};
-    bool help;
-    if (!args_parse(&spec, argc, argv, &help)) return help ? 0 : 2;
+    const arg_spec spec = {
+        .cmd = cmd,
+        .usage = "reprise plan check -m MODEL FILE [--plan-force]",
+        .description =
+            "Says whether the plan file applies to MODEL (exit 0) or why not (exit 1): the\n"
+            "architecture, the layer count and the content hash of the weights must match;\n"
+            "--plan-force accepts another content hash.",
+        .tables = tables,
+        .pos = pos,
+        .max_pos = 1,
+        .n_pos = &n_pos};
+    int rc = args_parse_cmd(&spec, argc, argv);
+    if (rc != ARGS_OK) return rc;
     if (n_pos != 1 || !model) {
         tool_error(cmd, "expected -m MODEL and one plan file (see --help)");
         return 2;
@@ -279,7 +170,7 @@ static int plan_check(int argc, char **argv) {
     rp_planfile *pf;
     rp_status s = rp_planfile_read(pos[0], &pf);
     if (s) return tool_fail(cmd, s);
-    rp_model *m = load_model(cmd, model);
+    rp_model *m = tool_load_model(cmd, model, false);
     int ret = 1;
     char hash[TOOL_HASH_SIZE];
     bool forced;
@@ -311,17 +202,18 @@ static int plan_hash(int argc, char **argv) {
     const arg_opt *tables[] = {opts, NULL};
     const char *pos[32];
     int n_pos = 0;
-    arg_spec spec = {cmd,
-                     "reprise plan hash MODEL... [--recompute]",
-                     "Prints the content hash of each model's tensors (what plan files record)\n"
-                     "and where it came from: the file's metadata, the cache beside it, or\n"
-                     "computed now.",
-                     tables,
-                     pos,
-                     32,
-                     &n_pos};
-    bool help;
-    if (!args_parse(&spec, argc, argv, &help)) return help ? 0 : 2;
+    const arg_spec spec = {
+        .cmd = cmd,
+        .usage = "reprise plan hash MODEL... [--recompute]",
+        .description = "Prints the content hash of each model's tensors (what plan files record)\n"
+                       "and where it came from: the file's metadata, the cache beside it, or\n"
+                       "computed now.",
+        .tables = tables,
+        .pos = pos,
+        .max_pos = 32,
+        .n_pos = &n_pos};
+    int rc = args_parse_cmd(&spec, argc, argv);
+    if (rc != ARGS_OK) return rc;
     if (n_pos < 1) {
         tool_error(cmd, "expected one or more model files");
         return 2;

@@ -5,7 +5,33 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+typedef struct run_opts {
+    model_opts mo;
+    sampling_opts so;
+    spec_opts spec;
+    const char *prompt, *file, *tokens, *dump;
+    int n_predict;
+    bool no_special;
+} run_opts;
+
+/* What a generation did, for the timing line. */
+typedef struct run_stats {
+    size_t n_prompt;
+    double t_prompt, t_gen;
+    int n_gen;
+    const char *stop;
+} run_stats;
+
+static void print_timing(const run_stats *st) {
+    if (g_verbosity <= 0) return;
+    fprintf(stderr,
+            "timing: prompt %zu tokens in %.1f ms (%.2f t/s); generation %d tokens in %.1f ms "
+            "(%.2f t/s); stopped: %s\n",
+            st->n_prompt, st->t_prompt * 1e3,
+            (double)st->n_prompt / (st->t_prompt > 0 ? st->t_prompt : 1e-9), st->n_gen,
+            st->t_gen * 1e3, st->n_gen / (st->t_gen > 0 ? st->t_gen : 1e-9), st->stop);
+}
 
 /* Said on stderr when generation stops at a full context. */
 static void context_full_note(uint32_t n_ctx) {
@@ -16,10 +42,11 @@ static void context_full_note(uint32_t n_ctx) {
             n_ctx);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+/* The text of a generated token on stdout. */
+static void put_piece(const rp_vocab *vocab, int32_t tok) {
+    char piece[512];
+    int n = rp_token_to_piece(vocab, tok, false, piece, sizeof piece);
+    fwrite(piece, 1, (size_t)(n < (int)sizeof piece ? n : (int)sizeof piece - 1), stdout);
 }
 
 static bool write_logits(const char *cmd, const char *path, rp_context *ctx, int n_tok) {
@@ -48,259 +75,226 @@ static bool write_logits(const char *cmd, const char *path, rp_context *ctx, int
 static int run_spec(const char *cmd, rp_spec *spc, const rp_vocab *vocab,
                     const rp_sampler_params *sp, const int32_t *toks, size_t n_tok, int n_predict,
                     uint32_t n_ctx) {
+    run_stats st = {.n_prompt = n_tok, .stop = "end of text"};
     double t0 = now_s();
     rp_status s = rp_spec_seq_reset(spc, 0, sp);
     if (!s) s = rp_spec_seq_feed(spc, 0, toks, (int)n_tok);
     if (s) return tool_fail(cmd, s);
-    double t_prompt = now_s() - t0, t1 = now_s();
-    int n_gen = 0;
-    const char *stop_reason = "end of text";
-    char piece[512];
+    st.t_prompt = now_s() - t0;
+    double t1 = now_s();
     int32_t out[RP_SPEC_DRAFT_MAX + 1];
     bool done = false;
     while (!done) {
         /* plain decoding's limits: n_predict printed tokens; the last token
          * sampled at position n_ctx */
         int max_new = (int)n_ctx + 1 - rp_spec_seq_len(spc, 0);
-        if (n_predict >= 0 && n_predict - n_gen < max_new) max_new = n_predict - n_gen;
-        if (n_predict >= 0 && n_gen >= n_predict) {
-            stop_reason = "token limit";
+        if (n_predict >= 0 && n_predict - st.n_gen < max_new) max_new = n_predict - st.n_gen;
+        if (n_predict >= 0 && st.n_gen >= n_predict) {
+            st.stop = "token limit";
             break;
         }
         int k = 0;
         if ((s = rp_spec_step(spc, 0, max_new, out, &k))) return tool_fail(cmd, s);
         for (int i = 0; i < k && !done; i++) {
-            if (rp_vocab_is_eog(vocab, out[i])) {
-                done = true;
-                break;
-            }
-            int n = rp_token_to_piece(vocab, out[i], false, piece, sizeof piece);
-            fwrite(piece, 1, (size_t)(n < (int)sizeof piece ? n : (int)sizeof piece - 1), stdout);
-            n_gen++;
+            if ((done = rp_vocab_is_eog(vocab, out[i]))) break;
+            put_piece(vocab, out[i]);
+            st.n_gen++;
         }
         fflush(stdout);
         if (!done && (uint32_t)rp_spec_seq_len(spc, 0) > n_ctx) {
-            stop_reason = "context full";
+            st.stop = "context full";
             context_full_note(n_ctx);
             done = true;
         }
     }
-    double t_gen = now_s() - t1;
+    st.t_gen = now_s() - t1;
     fputc('\n', stdout);
+    print_timing(&st);
     if (g_verbosity > 0) {
-        fprintf(stderr,
-                "timing: prompt %zu tokens in %.1f ms (%.2f t/s); generation %d tokens in %.1f ms "
-                "(%.2f t/s); "
-                "stopped: %s\n",
-                n_tok, t_prompt * 1e3, (double)n_tok / (t_prompt > 0 ? t_prompt : 1e-9), n_gen,
-                t_gen * 1e3, n_gen / (t_gen > 0 ? t_gen : 1e-9), stop_reason);
-        const rp_spec_stats st = rp_spec_get_stats(spc, 0);
+        const rp_spec_stats ss = rp_spec_get_stats(spc, 0);
         char line[256];
-        spec_format_stats(line, sizeof line, &st);
+        spec_format_stats(line, sizeof line, &ss);
         fprintf(stderr, "%s\n", line);
     }
     return 0;
 }
 
-int cmd_run(int argc, char **argv) {
-    const char *cmd = "run";
-    model_opts mo;
-    model_opts_init(&mo);
-    rp_sampler_params sp = rp_sampler_default_params();
-    const char *prompt = NULL, *file = NULL, *tokens_arg = NULL, *dump = NULL;
-    int n_predict = -1;
-    uint64_t seed = 0xFFFFFFFFu;
-    bool no_special = false;
-    float repeat_penalty = 1.0f;
-    spec_opts so;
-    spec_opts_init(&so);
-    const arg_opt opts[] = {
-        {"-p|--prompt", ARG_STR, &prompt, "TEXT", "prompt"},
-        {"-f|--file", ARG_STR, &file, "FILE", "read the prompt from a file"},
-        {"--tokens", ARG_STR, &tokens_arg, "IDS",
-         "prompt as raw token ids '1,2,3' (no tokenizer, no BOS added)"},
-        {"-n|--n-predict", ARG_INT, &n_predict, "N",
-         "tokens to generate (-1 = until end of text or full context)"},
-        {"-s|--seed", ARG_U64, &seed, "N", "sampling seed (default 4294967295)"},
-        {"--temp", ARG_FLOAT, &sp.temp, "T", "temperature (0 = greedy; default 0.8)"},
-        {"--top-k", ARG_INT, &sp.top_k, "K", "top-k (0 = off; default 40)"},
-        {"--top-p", ARG_FLOAT, &sp.top_p, "P", "top-p (1 = off; default 0.95)"},
-        {"--min-p", ARG_FLOAT, &sp.min_p, "P", "min-p (0 = off; default 0.05)"},
-        {"--repeat-penalty", ARG_FLOAT, &repeat_penalty, "F", "repetition penalty (1 = off)"},
-        {"--repeat-last-n", ARG_INT, &sp.penalty_last_n, "N",
-         "tokens the penalties look back (default 64, -1 = all)"},
-        {"--frequency-penalty", ARG_FLOAT, &sp.freq_penalty, "F", "frequency penalty (0 = off)"},
-        {"--presence-penalty", ARG_FLOAT, &sp.presence_penalty, "F", "presence penalty (0 = off)"},
-        {"--dump-logits", ARG_STR, &dump, "FILE",
-         "write the prompt's logits (float32, n_tokens x n_vocab) and stop"},
-        {"--no-parse-special", ARG_FLAG, &no_special, NULL,
-         "treat control-token text in the prompt as plain text"},
-        {0},
-    };
-    const arg_opt *tables[] = {opts, model_opts_table(&mo), spec_opts_table(&so), NULL};
-    arg_spec spec = {cmd,
-                     "reprise run -m MODEL -p PROMPT [options]",
-                     "Generates a continuation of the prompt. stdout carries only the generated "
-                     "text, streamed;\n"
-                     "the model, the plan and a timing line go to stderr.\n\n",
-                     tables,
-                     NULL,
-                     0,
-                     NULL};
-    bool help;
-    if (!args_parse(&spec, argc, argv, &help)) {
-        if (help) printf("\n%s\n\n%s\n", g_plan_help, g_spec_help);
-        return help ? 0 : 2;
-    }
-    sp.seed = seed;
-    sp.repeat_penalty = repeat_penalty;
-    if (!spec_opts_check(cmd, &so, &mo)) return 2;
-    if (spec_opts_active(&so) && dump) {
-        tool_error(cmd, "--dump-logits writes the prompt's logits; it does not combine with "
-                        "speculative decoding");
-        return 2;
-    }
-    if (sp.temp < 0) sp.temp = 0;
-    if ((prompt != NULL) + (file != NULL) + (tokens_arg != NULL) > 1) {
-        tool_error(cmd, "give one of -p, -f and --tokens");
-        return 2;
-    }
-    if (!prompt && !file && !tokens_arg && !mo.dump_plan) {
-        tool_error(cmd, "no prompt (-p TEXT, -f FILE or --tokens IDS)");
-        return 2;
-    }
-    if (sp.top_p <= 0 || sp.top_p > 1 || sp.min_p < 0 || sp.min_p > 1 || repeat_penalty <= 0) {
-        tool_error(
-            cmd,
-            "sampling values out of range (top-p in (0,1], min-p in [0,1], repeat-penalty > 0)");
-        return 2;
-    }
-    rp_model *model;
-    rp_context *ctx;
-    int code;
-    if (!tool_load(cmd, &mo, 1, &model, &ctx, &code)) return code;
-    const rp_vocab *vocab = rp_model_vocab(model);
-    int32_t *toks = NULL;
-    size_t n_tok = 0;
-    char *text = NULL;
-    int ret = 1;
-    rp_sampler *smp = NULL;
-    rp_spec *spc = NULL;
-    int8_t *want = NULL;
-    if (tokens_arg) {
-        if (!parse_int_list(tokens_arg, &toks, &n_tok) || n_tok == 0) {
-            tool_error(cmd, "--tokens expects a list of token ids like '1,2,3'");
-            goto out;
-        }
-    } else {
-        size_t len = 0;
-        if (file) {
-            text = tool_read_text(cmd, file, &len);
-            if (!text) goto out;
-        }
-        const char *t = file ? text : prompt;
-        if (!file) len = strlen(prompt);
-        rp_status s = rp_tokenize(vocab, t, len, true, !no_special, &toks, &n_tok);
-        if (s) {
-            tool_fail(cmd, s);
-            goto out;
-        }
-        if (n_tok == 0) {
-            tool_error(cmd, "the prompt is empty after tokenization");
-            goto out;
-        }
-    }
-    int nv = rp_n_vocab(ctx);
-    for (size_t i = 0; i < n_tok; i++)
-        if (toks[i] < 0 || toks[i] >= nv) {
-            tool_error(cmd, "token id %d at prompt position %zu is outside the vocabulary (0..%d)",
-                       toks[i], i, nv - 1);
-            goto out;
-        }
-    uint32_t n_ctx = rp_context_n_ctx(ctx);
-    if (n_tok > n_ctx) {
-        tool_error(cmd, "the prompt has %zu tokens, more than the context size %u (raise -c)",
-                   n_tok, n_ctx);
-        goto out;
-    }
-    if (spec_opts_active(&so)) {
-        spc = spec_open(cmd, &so, ctx, NULL);
-        if (!spc) goto out;
-        ret = run_spec(cmd, spc, vocab, &sp, toks, n_tok, n_predict, n_ctx);
-        goto out;
-    }
-    want = calloc(n_tok, 1);
-    if (!want) goto out;
-    for (size_t i = 0; i < n_tok; i++) want[i] = dump ? 1 : (i == n_tok - 1);
+/* Plain generation: the prompt in one decode, then one token at a time. */
+static int run_plain(const char *cmd, rp_context *ctx, const run_opts *o, const int32_t *toks,
+                     size_t n_tok) {
+    const rp_vocab *vocab = rp_model_vocab(rp_context_model(ctx));
+    const uint32_t n_ctx = rp_context_n_ctx(ctx);
+    const int nv = rp_n_vocab(ctx);
+    run_stats st = {.n_prompt = n_tok, .stop = "end of text"};
+    int8_t *want = calloc(n_tok, 1);
+    if (!want) return 1;
+    for (size_t i = 0; i < n_tok; i++) want[i] = o->dump ? 1 : (i == n_tok - 1);
     double t0 = now_s();
     rp_batch b = {.n_tokens = (int32_t)n_tok, .token = toks, .logits = want};
     rp_status s = rp_decode(ctx, &b);
-    if (s) {
-        tool_fail(cmd, s);
-        goto out;
+    free(want);
+    if (s) return tool_fail(cmd, s);
+    st.t_prompt = now_s() - t0;
+    if (o->dump) {
+        if (!write_logits(cmd, o->dump, ctx, (int)n_tok)) return 1;
+        if (g_verbosity > 0) fprintf(stderr, "wrote %zu x %d logits to %s\n", n_tok, nv, o->dump);
+        return 0;
     }
-    double t_prompt = now_s() - t0;
-    if (dump) {
-        ret = write_logits(cmd, dump, ctx, (int)n_tok) ? 0 : 1;
-        if (!ret && g_verbosity > 0)
-            fprintf(stderr, "wrote %zu x %d logits to %s\n", n_tok, nv, dump);
-        goto out;
-    }
-    smp = rp_sampler_new(&sp, nv);
-    if (!smp) {
-        tool_fail(cmd, RP_ERR_NOMEM);
-        goto out;
-    }
+    rp_sampler *smp = rp_sampler_new(&o->so.sp, nv);
+    if (!smp) return tool_fail(cmd, RP_ERR_NOMEM);
     for (size_t i = 0; i < n_tok; i++) rp_sampler_accept(smp, toks[i]);
     const float *logits = rp_get_logits(ctx, (int)n_tok - 1);
-    int n_gen = 0;
     double t1 = now_s();
-    const char *stop_reason = "end of text";
-    char piece[512];
     for (;;) {
-        if (n_predict >= 0 && n_gen >= n_predict) {
-            stop_reason = "token limit";
+        if (o->n_predict >= 0 && st.n_gen >= o->n_predict) {
+            st.stop = "token limit";
             break;
         }
         int32_t tok = rp_sampler_sample(smp, logits);
         rp_sampler_accept(smp, tok);
         if (rp_vocab_is_eog(vocab, tok)) break;
-        int k = rp_token_to_piece(vocab, tok, false, piece, sizeof piece);
-        fwrite(piece, 1, (size_t)(k < (int)sizeof piece ? k : (int)sizeof piece - 1), stdout);
+        put_piece(vocab, tok);
         fflush(stdout);
-        n_gen++;
+        st.n_gen++;
         if ((uint32_t)rp_kv_seq_len(ctx, 0) >= n_ctx) {
-            stop_reason = "context full";
+            st.stop = "context full";
             context_full_note(n_ctx);
             break;
         }
         rp_batch one = {.n_tokens = 1, .token = &tok};
-        s = rp_decode(ctx, &one);
-        if (s) {
-            tool_fail(cmd, s);
-            goto out;
-        }
+        if ((s = rp_decode(ctx, &one))) break;
         logits = rp_get_logits(ctx, 0);
     }
-    double t_gen = now_s() - t1;
-    fputc('\n', stdout);
-    if (g_verbosity > 0)
-        fprintf(stderr,
-                "timing: prompt %zu tokens in %.1f ms (%.2f t/s); generation %d tokens in %.1f ms "
-                "(%.2f t/s); "
-                "stopped: %s\n",
-                n_tok, t_prompt * 1e3, (double)n_tok / (t_prompt > 0 ? t_prompt : 1e-9), n_gen,
-                t_gen * 1e3, n_gen / (t_gen > 0 ? t_gen : 1e-9), stop_reason);
-    ret = 0;
-out:
-    rp_spec_free(spc);
     rp_sampler_free(smp);
-    free(want);
+    if (s) return tool_fail(cmd, s);
+    st.t_gen = now_s() - t1;
+    fputc('\n', stdout);
+    print_timing(&st);
+    return 0;
+}
+
+/* The prompt as tokens: --tokens as given, or the text of -p / -f tokenized;
+ * every id inside the vocabulary and the whole within the context. */
+static bool prompt_tokens(const char *cmd, const run_opts *o, rp_context *ctx, int32_t **toks,
+                          size_t *n_tok) {
+    if (o->tokens) {
+        if (!parse_int_list(o->tokens, toks, n_tok) || *n_tok == 0) {
+            tool_error(cmd, "--tokens expects a list of token ids like '1,2,3'");
+            return false;
+        }
+    } else {
+        size_t len = o->file ? 0 : strlen(o->prompt);
+        char *text = o->file ? tool_read_text(cmd, o->file, &len) : NULL;
+        if (o->file && !text) return false;
+        rp_status s = rp_tokenize(rp_model_vocab(rp_context_model(ctx)), text ? text : o->prompt,
+                                  len, true, !o->no_special, toks, n_tok);
+        free(text);
+        if (s) return tool_fail(cmd, s), false;
+        if (*n_tok == 0) {
+            tool_error(cmd, "the prompt is empty after tokenization");
+            return false;
+        }
+    }
+    const int nv = rp_n_vocab(ctx);
+    for (size_t i = 0; i < *n_tok; i++)
+        if ((*toks)[i] < 0 || (*toks)[i] >= nv) {
+            tool_error(cmd, "token id %d at prompt position %zu is outside the vocabulary (0..%d)",
+                       (*toks)[i], i, nv - 1);
+            return false;
+        }
+    if (*n_tok > rp_context_n_ctx(ctx)) {
+        tool_error(cmd, "the prompt has %zu tokens, more than the context size %u (raise -c)",
+                   *n_tok, rp_context_n_ctx(ctx));
+        return false;
+    }
+    return true;
+}
+
+/* The command line; ARGS_OK or the exit status. */
+static int run_parse(const char *cmd, run_opts *o, int argc, char **argv) {
+    model_opts_init(&o->mo);
+    sampling_opts_init(&o->so);
+    spec_opts_init(&o->spec);
+    o->n_predict = -1;
+    const arg_opt prompt_opts[] = {
+        {"-p|--prompt", ARG_STR, &o->prompt, "TEXT", "prompt"},
+        {"-f|--file", ARG_STR, &o->file, "FILE", "read the prompt from a file"},
+        {"--tokens", ARG_STR, &o->tokens, "IDS",
+         "prompt as raw token ids '1,2,3' (no tokenizer, no BOS added)"},
+        {"-n|--n-predict", ARG_INT, &o->n_predict, "N",
+         "tokens to generate (-1 = until end of text or full context)"},
+        {0},
+    };
+    const arg_opt output_opts[] = {
+        {"--dump-logits", ARG_STR, &o->dump, "FILE",
+         "write the prompt's logits (float32, n_tokens x n_vocab) and stop"},
+        {"--no-parse-special", ARG_FLAG, &o->no_special, NULL,
+         "treat control-token text in the prompt as plain text"},
+        {0},
+    };
+    const arg_opt *tables[] = {prompt_opts,
+                               sampling_opts_table(&o->so),
+                               output_opts,
+                               model_opts_table(&o->mo, MO_ALL),
+                               spec_opts_table(&o->spec),
+                               NULL};
+    const char *const epilog[] = {g_plan_help, g_spec_help, NULL};
+    const arg_spec spec = {.cmd = cmd,
+                           .usage = "reprise run -m MODEL -p PROMPT [options]",
+                           .description = "Generates a continuation of the prompt. stdout carries "
+                                          "only the generated text, streamed;\nthe model, the "
+                                          "plan and a timing line go to stderr.\n\n",
+                           .tables = tables,
+                           .epilog = epilog};
+    return args_parse_cmd(&spec, argc, argv);
+}
+
+static bool run_check(const char *cmd, run_opts *o) {
+    if (!spec_opts_check(cmd, &o->spec, &o->mo)) return false;
+    if (spec_opts_active(&o->spec) && o->dump) {
+        tool_error(cmd, "--dump-logits writes the prompt's logits; it does not combine with "
+                        "speculative decoding");
+        return false;
+    }
+    if ((o->prompt != NULL) + (o->file != NULL) + (o->tokens != NULL) > 1) {
+        tool_error(cmd, "give one of -p, -f and --tokens");
+        return false;
+    }
+    if (!o->prompt && !o->file && !o->tokens && !o->mo.dump_plan) {
+        tool_error(cmd, "no prompt (-p TEXT, -f FILE or --tokens IDS)");
+        return false;
+    }
+    return sampling_opts_check(cmd, &o->so);
+}
+
+int cmd_run(int argc, char **argv) {
+    const char *cmd = "run";
+    run_opts o;
+    memset(&o, 0, sizeof o);
+    int rc = run_parse(cmd, &o, argc, argv);
+    if (rc != ARGS_OK) return rc;
+    if (!run_check(cmd, &o)) return 2;
+    rp_model *model;
+    rp_context *ctx;
+    if (!tool_load(cmd, &o.mo, 1, &model, &ctx, &rc)) return rc;
+    int32_t *toks = NULL;
+    size_t n_tok = 0;
+    rc = 1;
+    if (prompt_tokens(cmd, &o, ctx, &toks, &n_tok)) {
+        if (spec_opts_active(&o.spec)) {
+            rp_spec *spc = spec_open(cmd, &o.spec, ctx, NULL);
+            if (spc)
+                rc = run_spec(cmd, spc, rp_model_vocab(model), &o.so.sp, toks, n_tok, o.n_predict,
+                              rp_context_n_ctx(ctx));
+            rp_spec_free(spc);
+        } else {
+            rc = run_plain(cmd, ctx, &o, toks, n_tok);
+        }
+    }
     free(toks);
-    free(text);
     rp_context_free(ctx);
     rp_model_free(model);
-    return ret;
+    return rc;
 }
 
 int cmd_tokenize(int argc, char **argv) {
@@ -318,56 +312,41 @@ int cmd_tokenize(int argc, char **argv) {
         {0},
     };
     const arg_opt *tables[] = {opts, NULL};
-    arg_spec spec = {cmd,
-                     "reprise tokenize -m MODEL -p TEXT [--no-bos]",
-                     "Prints the token ids on one line.",
-                     tables,
-                     NULL,
-                     0,
-                     NULL};
-    bool help;
-    if (!args_parse(&spec, argc, argv, &help)) return help ? 0 : 2;
+    const arg_spec spec = {.cmd = cmd,
+                           .usage = "reprise tokenize -m MODEL -p TEXT [--no-bos]",
+                           .description = "Prints the token ids on one line.",
+                           .tables = tables};
+    int rc = args_parse_cmd(&spec, argc, argv);
+    if (rc != ARGS_OK) return rc;
     if (!model_path || (!prompt && !file)) {
         tool_error(cmd, "need -m MODEL and -p TEXT (or -f FILE)");
         return 2;
     }
-    rp_model_params mp = rp_model_default_params();
-    mp.vocab_only = true;
-    rp_model *m;
-    rp_status s = rp_model_load(model_path, &mp, &m);
-    if (s) return tool_fail(cmd, s);
-    size_t len = 0;
-    char *text = NULL;
-    if (file) {
-        text = tool_read_text(cmd, file, &len);
-        if (!text) {
-            rp_model_free(m);
-            return 1;
-        }
-    } else {
-        len = strlen(prompt);
-    }
-    int32_t *toks;
-    size_t n;
-    s = rp_tokenize(rp_model_vocab(m), file ? text : prompt, len, !no_bos, !no_special, &toks, &n);
-    if (s) {
-        free(text);
+    rp_model *m = tool_load_model(cmd, model_path, true);
+    if (!m) return 1;
+    size_t len = file ? 0 : strlen(prompt);
+    char *text = file ? tool_read_text(cmd, file, &len) : NULL;
+    if (file && !text) {
         rp_model_free(m);
-        return tool_fail(cmd, s);
+        return 1;
     }
+    int32_t *toks = NULL;
+    size_t n = 0;
+    rp_status s =
+        rp_tokenize(rp_model_vocab(m), file ? text : prompt, len, !no_bos, !no_special, &toks, &n);
+    if (s) tool_fail(cmd, s);
     char piece[512];
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; !s && i < n; i++) {
         if (pieces) {
-            int k = rp_token_to_piece(rp_model_vocab(m), toks[i], true, piece, sizeof piece);
-            (void)k;
+            rp_token_to_piece(rp_model_vocab(m), toks[i], true, piece, sizeof piece);
             printf("%d '%s'\n", toks[i], piece);
         } else {
             printf(i ? " %d" : "%d", toks[i]);
         }
     }
-    if (!pieces) putchar('\n');
+    if (!s && !pieces) putchar('\n');
     free(toks);
     free(text);
     rp_model_free(m);
-    return 0;
+    return s ? 1 : 0;
 }

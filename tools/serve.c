@@ -8,11 +8,7 @@
  * reply helpers (JSON, errors, server-sent events) and the shutdown on
  * SIGTERM; serve_api.c the endpoints; serve_engine.c the inference thread. */
 #include "serve.h"
-#include "text/chat.h"
-#include "core/context.h"
-#include "core/planfile.h"
 #include "spec_opts.h"
-#include "tools.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -34,7 +30,7 @@ struct srv_req {
     srv_server *srv;
     struct MHD_Connection *conn;
     const char *method, *url;
-    rp_buf body;
+    tbuf body;
     bool too_big;     /* the body passed --max-body: answered 413 */
     size_t discarded; /* bytes of an oversized body read and dropped */
     bool replied;
@@ -86,11 +82,11 @@ enum MHD_Result srv_reply_error(srv_req *r, unsigned status, const char *type, c
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    rp_buf clean = {0};
+    tbuf clean = {0};
     utf8_append_valid(&clean, msg, strlen(msg)); /* messages may quote client text */
     json_t *err = json_pack("{s:s%,s:s,s:s?}", "message", clean.data ? clean.data : "", clean.len,
                             "type", type, "code", code);
-    rp_buf_free(&clean);
+    tbuf_free(&clean);
     return srv_reply_json(r, status, err ? json_pack("{s:o}", "error", err) : NULL);
 }
 
@@ -125,7 +121,7 @@ bool srv_await(srv_req *r, srv_task *t) {
     int fd = conn_fd(r->conn);
     for (;;) {
         srv_lock(e);
-        srv_wait_locked(e, t, SIZE_MAX, rp_time_s() + SRV_WAIT_SLICE);
+        srv_wait_locked(e, t, SIZE_MAX, now_s() + SRV_WAIT_SLICE);
         bool done = t->done;
         srv_unlock(e);
         if (done) return true;
@@ -147,12 +143,12 @@ typedef struct srv_stream {
     srv_emit_fn emit;
     void *user;
     void (*free_user)(void *);
-    rp_buf pend;   /* bytes produced, not yet handed to MHD */
+    tbuf pend;     /* bytes produced, not yet handed to MHD */
     size_t off;    /* of pend already handed */
     size_t seen;   /* bytes of task->out already emitted */
     size_t n_mark; /* chunk marks of the task already emitted */
-    rp_buf cuts;   /* scratch: chunk ends (relative to the delta) copied out under the lock */
-    rp_buf delta;  /* scratch: new text copied out under the lock */
+    tbuf cuts;     /* scratch: chunk ends (relative to the delta) copied out under the lock */
+    tbuf delta;    /* scratch: new text copied out under the lock */
     bool finished; /* the last event is in pend */
 } srv_stream;
 
@@ -161,7 +157,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     srv_stream *st = cls;
     for (;;) {
         if (st->off < st->pend.len) {
-            size_t n = RP_MIN(max, st->pend.len - st->off);
+            size_t n = SRV_MIN(max, st->pend.len - st->off);
             memcpy(buf, st->pend.data + st->off, n);
             st->off += n;
             return (ssize_t)n;
@@ -170,7 +166,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
         srv_task *t = st->task;
         srv_lock(st->engine);
-        srv_wait_locked(st->engine, t, st->seen, rp_time_s() + SRV_WAIT_SLICE);
+        srv_wait_locked(st->engine, t, st->seen, now_s() + SRV_WAIT_SLICE);
         bool done = t->done;
         st->delta.len = st->cuts.len = 0;
         bool ok = true;
@@ -180,10 +176,10 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             size_t n_mark = t->marks.len / sizeof *mark;
             for (size_t i = st->n_mark; ok && i < n_mark; i++) {
                 size_t cut = mark[i] - st->seen;
-                ok = rp_buf_append(&st->cuts, &cut, sizeof cut);
+                ok = tbuf_add(&st->cuts, &cut, sizeof cut);
             }
             st->n_mark = n_mark;
-            ok = ok && rp_buf_append(&st->delta, t->out.data + st->seen, t->out.len - st->seen);
+            ok = ok && tbuf_add(&st->delta, t->out.data + st->seen, t->out.len - st->seen);
             st->seen = t->out.len;
         }
         srv_unlock(st->engine);
@@ -206,9 +202,9 @@ static void stream_free(void *cls) {
     srv_stream *st = cls;
     srv_release(st->engine, st->task); /* cancels the generation if it is still running */
     if (st->free_user) st->free_user(st->user);
-    rp_buf_free(&st->pend);
-    rp_buf_free(&st->delta);
-    rp_buf_free(&st->cuts);
+    tbuf_free(&st->pend);
+    tbuf_free(&st->delta);
+    tbuf_free(&st->cuts);
     free(st);
 }
 
@@ -334,7 +330,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r->conn = c;
         r->url = url;
         r->method = method;
-        r->t0 = rp_time_s();
+        r->t0 = now_s();
         *con_cls = r;
         atomic_fetch_add(&g_in_flight, 1);
         /* a declared length over the limit is refused before the body is read */
@@ -356,7 +352,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (*data_size) {
         if (!r->too_big && r->body.len + *data_size <= srv->max_body) {
-            if (!rp_buf_append(&r->body, data, *data_size)) return MHD_NO;
+            if (!tbuf_add(&r->body, data, *data_size)) return MHD_NO;
         } else {
             r->too_big = true;
             r->discarded += *data_size;
@@ -377,9 +373,9 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (!r) return;
     if (g_log_requests)
         fprintf(stderr, "serve: %s %s %u %.1f ms%s\n", r->method, r->url, r->status,
-                (rp_time_s() - r->t0) * 1e3,
+                (now_s() - r->t0) * 1e3,
                 code == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
-    rp_buf_free(&r->body);
+    tbuf_free(&r->body);
     free(r);
     *con_cls = NULL;
     atomic_fetch_sub(&g_in_flight, 1);
@@ -453,11 +449,6 @@ static const char *plan_kind(const char *repeat, const char *map) {
     return "identity";
 }
 
-static const char *base_name(const char *path) {
-    const char *s = strrchr(path, '/');
-    return s ? s + 1 : path;
-}
-
 static bool is_file(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
@@ -477,42 +468,74 @@ typedef struct entry_store {
     bool have_hash;
 } entry_store;
 
+/* The name before '=' of a --plan value (into name; "" when there is none). */
+static bool plan_arg_name(const char *cmd, const char *arg, char name[RP_PLAN_NAME_MAX + 1],
+                          const char **val) {
+    const char *eq = strchr(arg, '=');
+    *val = arg;
+    name[0] = 0;
+    if (!eq || is_file(arg)) return true;
+    if ((size_t)(eq - arg) > RP_PLAN_NAME_MAX) {
+        tool_error(cmd, "--plan %s: the name before '=' is longer than %d characters", arg,
+                   RP_PLAN_NAME_MAX);
+        return false;
+    }
+    snprintf(name, RP_PLAN_NAME_MAX + 1, "%.*s", (int)(eq - arg), arg);
+    *val = eq + 1;
+    if (!rp_planfile_name_valid(name)) {
+        tool_error(cmd,
+                   "--plan %s: name '%s' is not usable: 1..%d characters of A-Z a-z 0-9 and . "
+                   "_ : + / -",
+                   arg, name, RP_PLAN_NAME_MAX);
+        return false;
+    }
+    if (!**val) {
+        tool_error(cmd, "--plan %s: nothing after '=' (a spec, map:MAP or a plan file)", arg);
+        return false;
+    }
+    return true;
+}
+
+/* A --plan value that names a plan file: read, checked against the weights. */
+static bool plan_arg_file(const char *cmd, const char *arg, const char *file, const model_opts *mo,
+                          const rp_model *m, entry_store *st, srv_entry *en, const char **repeat,
+                          const char **map) {
+    rp_planfile *pf;
+    rp_status s = rp_planfile_read(file, &pf);
+    if (s) return tool_error(cmd, "--plan %s: %s", arg, rp_last_error()), false;
+    st->pf[st->n_pf++] = pf;
+    if (!st->have_hash && !tool_content_hash(cmd, m, st->hash)) return false;
+    st->have_hash = true;
+    bool forced = false;
+    if ((s = rp_planfile_check(pf, m, st->hash, mo->plan_force, &forced)))
+        return tool_error(cmd, "--plan %s: %s", arg, rp_last_error()), false;
+    if (forced) tool_warn_forced(pf, file, mo->model, st->hash, "Serving it anyway");
+    en->plan_kind = pf->kind == RP_PLAN_REPEAT ? "repeat-layers" : "layer-map";
+    en->plan_spec = pf->spec;
+    en->plan_file = file;
+    en->plan_name = pf->name;
+    en->description = pf->description;
+    en->plan_forced = forced;
+    *(pf->kind == RP_PLAN_REPEAT ? repeat : map) = pf->spec;
+    return true;
+}
+
 /* Reads one --plan value into entry en (its context not created yet):
  * NAME=SPEC (RYS blocks), NAME=map:MAP, NAME=FILE or FILE. */
 static bool parse_plan_arg(const char *cmd, const char *arg, const model_opts *mo,
                            const rp_model *m, entry_store *st, srv_entry *en, const char **repeat,
                            const char **map) {
-    const char *eq = strchr(arg, '=');
-    const char *val = arg, *file = NULL;
-    char name[RP_PLAN_NAME_MAX + 1] = "";
+    char name[RP_PLAN_NAME_MAX + 1];
+    const char *val;
     *repeat = *map = NULL;
-    if (eq && !is_file(arg)) {
-        if ((size_t)(eq - arg) > RP_PLAN_NAME_MAX) {
-            tool_error(cmd, "--plan %s: the name before '=' is longer than %d characters", arg,
-                       RP_PLAN_NAME_MAX);
-            return false;
-        }
-        snprintf(name, sizeof name, "%.*s", (int)(eq - arg), arg);
-        val = eq + 1;
-        if (!rp_planfile_name_valid(name)) {
-            tool_error(cmd,
-                       "--plan %s: name '%s' is not usable: 1..%d characters of A-Z a-z 0-9 and . "
-                       "_ : + / -",
-                       arg, name, RP_PLAN_NAME_MAX);
-            return false;
-        }
-    }
-    if (name[0] && !*val) {
-        tool_error(cmd, "--plan %s: nothing after '=' (a spec, map:MAP or a plan file)", arg);
-        return false;
-    }
+    if (!plan_arg_name(cmd, arg, name, &val)) return false;
     if (name[0] && !strncmp(val, "map:", 4))
         *map = val + 4;
     else if (name[0] && looks_like_spec(val) && !is_file(val))
         *repeat = val;
-    else
-        file = val;
-    if (!file) {
+    else if (!plan_arg_file(cmd, arg, val, mo, m, st, en, repeat, map))
+        return false;
+    if (!en->plan_file) {
         if (!**(*repeat ? repeat : map)) {
             tool_error(cmd, "--plan %s: empty spec", arg);
             return false;
@@ -520,42 +543,10 @@ static bool parse_plan_arg(const char *cmd, const char *arg, const model_opts *m
         en->plan_kind = *repeat ? "repeat-layers" : "layer-map";
         en->plan_spec = *repeat ? *repeat : *map;
         en->description = "";
-    } else {
-        rp_planfile *pf;
-        rp_status s = rp_planfile_read(file, &pf);
-        if (s) {
-            rp_fail_prefix(s, "--plan %s", arg);
-            tool_fail(cmd, s);
-            return false;
-        }
-        st->pf[st->n_pf++] = pf;
-        if (!st->have_hash && !tool_content_hash(cmd, m, st->hash)) return false;
-        st->have_hash = true;
-        bool forced = false;
-        if ((s = rp_planfile_check(pf, m, st->hash, mo->plan_force, &forced))) {
-            rp_fail_prefix(s, "--plan %s", arg);
-            tool_fail(cmd, s);
-            return false;
-        }
-        if (forced)
-            fprintf(stderr,
-                    "warning: --plan-force: plan '%s' (%s) was made for the weights %s%s%s%s; "
-                    "%s holds %s. Serving it anyway (same architecture %s, same %d layers): its "
-                    "effect on these weights is untested\n",
-                    pf->name, file, pf->content_hash, pf->base_file ? " (" : "",
-                    pf->base_file ? pf->base_file : "", pf->base_file ? ")" : "", mo->model,
-                    st->hash, pf->arch, pf->n_layer);
-        en->plan_kind = pf->kind == RP_PLAN_REPEAT ? "repeat-layers" : "layer-map";
-        en->plan_spec = pf->spec;
-        en->plan_file = file;
-        en->plan_name = pf->name;
-        en->description = pf->description;
-        en->plan_forced = forced;
-        *(pf->kind == RP_PLAN_REPEAT ? repeat : map) = pf->spec;
     }
     char *nm = strdup(name[0] ? name : en->plan_name);
     if (!nm) {
-        tool_fail(cmd, RP_ERR_NOMEM);
+        tool_error(cmd, "out of memory");
         return false;
     }
     st->names[st->n_names++] = nm;
@@ -563,102 +554,251 @@ static bool parse_plan_arg(const char *cmd, const char *arg, const model_opts *m
     return true;
 }
 
-int cmd_serve(int argc, char **argv) {
-    const char *cmd = "serve";
+typedef struct serve_opts {
     model_opts mo;
-    model_opts_init(&mo);
-    const char *host = "127.0.0.1", *api_key = NULL, *alias = NULL, *chat_template = NULL;
-    int port = 8080, n_parallel = 1;
-    float timeout = 600.0f, grace = 10.0f;
-    uint64_t max_body = 4u << 20;
-    bool verbose = false;
-    str_list plans = {0};
+    spec_opts so;
+    const char *host, *api_key, *alias, *chat_template;
+    int port, n_parallel;
+    float timeout, grace;
+    uint64_t max_body;
+    bool verbose;
+    str_list plans;
+} serve_opts;
+
+static int serve_parse(const char *cmd, serve_opts *o, int argc, char **argv) {
     char template_help[512];
     snprintf(template_help, sizeof template_help, "chat template: %s (default: the model's own)",
              rp_chat_names());
     const arg_opt opts[] = {
-        {"--host", ARG_STR, &host, "ADDR",
+        {"--host", ARG_STR, &o->host, "ADDR",
          "address to listen on (default 127.0.0.1: loopback only)"},
-        {"--port", ARG_INT, &port, "N",
+        {"--port", ARG_INT, &o->port, "N",
          "TCP port (default 8080; 0 = any free port, logged at startup)"},
-        {"-np|--parallel", ARG_INT, &n_parallel, "N",
+        {"-np|--parallel", ARG_INT, &o->n_parallel, "N",
          "slots decoded together, each its own KV sequence (default 1)"},
-        {"--api-key", ARG_STR, &api_key, "KEY",
+        {"--api-key", ARG_STR, &o->api_key, "KEY",
          "require 'Authorization: Bearer KEY' (all but /health)"},
-        {"--timeout", ARG_FLOAT, &timeout, "S",
+        {"--timeout", ARG_FLOAT, &o->timeout, "S",
          "seconds a request may take, queue included (default 600, 0 = none)"},
-        {"--max-body", ARG_U64, &max_body, "BYTES",
+        {"--max-body", ARG_U64, &o->max_body, "BYTES",
          "largest request body accepted (default 4194304)"},
-        {"-a|--alias", ARG_STR, &alias, "NAME",
+        {"-a|--alias", ARG_STR, &o->alias, "NAME",
          "model id in /v1/models and the 'model' field (default: file name)"},
-        {"--chat-template", ARG_STR, &chat_template, "NAME", template_help},
-        {"--grace", ARG_FLOAT, &grace, "S",
+        {"--chat-template", ARG_STR, &o->chat_template, "NAME", template_help},
+        {"--grace", ARG_FLOAT, &o->grace, "S",
          "on SIGTERM, seconds running requests get to finish (default 10)"},
-        {"-v|--verbose", ARG_FLAG, &verbose, NULL, "log every request"},
-        {"--plan", ARG_STRS, &plans, "NAME=SPEC",
+        {"-v|--verbose", ARG_FLAG, &o->verbose, NULL, "log every request"},
+        {"--plan", ARG_STRS, &o->plans, "NAME=SPEC",
          "also serve a plan: NAME=SPEC, NAME=map:MAP, NAME=FILE or FILE (repeatable; above)"},
         {0},
     };
-    /* the shared model options, less --plan, which reads differently here */
-    arg_opt mopts[24];
-    const arg_opt *shared = model_opts_table(&mo);
-    size_t k = 0;
-    for (size_t i = 0; shared[i].kind != ARG_END && k + 1 < sizeof mopts / sizeof mopts[0]; i++)
-        if (strcmp(shared[i].names, "--plan")) mopts[k++] = shared[i];
-    memset(&mopts[k], 0, sizeof mopts[k]);
-    spec_opts so;
-    spec_opts_init(&so);
-    const arg_opt *tables[] = {opts, mopts, spec_opts_table(&so), NULL};
-    arg_spec spec = {
-        cmd,
-        "reprise serve -m MODEL [--repeat-layers SPEC] [--plan NAME=SPEC ...] [--parallel N] "
-        "[--port N] [options]",
-        "An OpenAI-compatible HTTP server: GET /health, /v1/models, /props; POST /v1/completions,\n"
-        "/v1/chat/completions (stream: true for server-sent events), llama.cpp's /completion,\n"
-        "/tokenize and /detokenize. Every slot runs the plan over the one copy of the weights.\n"
-        "SIGTERM stops accepting, lets running requests finish (--grace) and exits 0.\n\n"
-        "Several plans, one copy of the weights: the model (with --repeat-layers/--layer-map if\n"
-        "given) is served under its file name (or -a NAME), and each --plan as another model:\n"
-        "  --plan rys-s=33,34       RYS blocks (--repeat-layers grammar) served as 'rys-s'\n"
-        "  --plan deep=map:0..9,4..31   a --layer-map served as 'deep'\n"
-        "  --plan rys-xl=rys.json   a plan file (reprise plan save), checked against the weights\n"
-        "  --plan rys.json          the same, served under the name in the file\n"
-        "A request's \"model\" picks one (none: the first). Each has its own --parallel slots and\n"
-        "KV cache sized for its plan; --plan-force accepts plan files made for other weights.\n"
-        "With --spec, --draft-plan or --spec-mtp every slot of every model decodes speculatively\n"
-        "(each model's own draft beside it; the drafted rows of all slots verified in one batch).",
-        tables,
-        NULL,
-        0,
-        NULL};
-    bool help;
-    if (!args_parse(&spec, argc, argv, &help)) {
-        if (help) printf("\n%s\n\n%s\n", g_plan_help, g_spec_help);
-        return help ? 0 : 2;
-    }
-    if (!spec_opts_check(cmd, &so, &mo)) return 2;
-    if (n_parallel < 1 || n_parallel > 256) {
-        tool_error(cmd, "--parallel must be in 1..256, got %d", n_parallel);
-        return 2;
-    }
-    if (port < 0 || port > 65535) {
-        tool_error(cmd, "--port must be in 0..65535, got %d", port);
-        return 2;
-    }
-    if (timeout < 0 || grace < 0) {
+    /* the model options but --plan, which reads differently here */
+    const arg_opt *tables[] = {opts, model_opts_table(&o->mo, MO_SPEC | MO_PLAN_FORCE | MO_DUMP),
+                               spec_opts_table(&o->so), NULL};
+    const char *const epilog[] = {g_plan_help, g_spec_help, NULL};
+    const arg_spec spec = {
+        .cmd = cmd,
+        .usage = "reprise serve -m MODEL [--repeat-layers SPEC] [--plan NAME=SPEC ...] [--parallel "
+                 "N] [--port N] [options]",
+        .description =
+            "An OpenAI-compatible HTTP server: GET /health, /v1/models, /props; POST "
+            "/v1/completions,\n/v1/chat/completions (stream: true for server-sent events), "
+            "llama.cpp's /completion,\n/tokenize and /detokenize. Every slot runs the plan over "
+            "the "
+            "one copy of the weights.\nSIGTERM stops accepting, lets running requests finish "
+            "(--grace) and exits 0.\n\n"
+            "Several plans, one copy of the weights: the model (with --repeat-layers/--layer-map "
+            "if\ngiven) is served under its file name (or -a NAME), and each --plan as another "
+            "model:\n"
+            "  --plan rys-s=33,34       RYS blocks (--repeat-layers grammar) served as 'rys-s'\n"
+            "  --plan deep=map:0..9,4..31   a --layer-map served as 'deep'\n"
+            "  --plan rys-xl=rys.json   a plan file (reprise plan save), checked against the "
+            "weights\n"
+            "  --plan rys.json          the same, served under the name in the file\n"
+            "A request's \"model\" picks one (none: the first). Each has its own --parallel slots "
+            "and\nKV cache sized for its plan; --plan-force accepts plan files made for other "
+            "weights.\nWith --spec, --draft-plan or --spec-mtp every slot of every model decodes "
+            "speculatively\n(each model's own draft beside it; the drafted rows of all slots "
+            "verified in one batch).",
+        .tables = tables,
+        .epilog = epilog};
+    return args_parse_cmd(&spec, argc, argv);
+}
+
+static bool serve_check(const char *cmd, const serve_opts *o) {
+    if (o->n_parallel < 1 || o->n_parallel > 256)
+        tool_error(cmd, "--parallel must be in 1..256, got %d", o->n_parallel);
+    else if (o->port < 0 || o->port > 65535)
+        tool_error(cmd, "--port must be in 0..65535, got %d", o->port);
+    else if (o->timeout < 0 || o->grace < 0)
         tool_error(cmd, "--timeout and --grace must not be negative");
-        return 2;
-    }
-    if (max_body < 1024 || max_body > (1ull << 30)) {
+    else if (o->max_body < 1024 || o->max_body > (1ull << 30))
         tool_error(cmd, "--max-body must be in 1024..1073741824 bytes");
-        return 2;
-    }
-    if (api_key && !*api_key) {
+    else if (o->api_key && !*o->api_key)
         tool_error(cmd, "--api-key is empty");
-        return 2;
+    else
+        return true;
+    return false;
+}
+
+/* One more entry: the context of a --plan over the model, on entry 0's threads. */
+static bool add_plan_entry(const char *cmd, const serve_opts *o, const rp_model *model,
+                           srv_entry *entries, int n_entries, entry_store *store, const char *arg) {
+    srv_entry *en = &entries[n_entries];
+    const char *rep, *map;
+    if (!parse_plan_arg(cmd, arg, &o->mo, model, store, en, &rep, &map)) return false;
+    for (int j = 0; j < n_entries; j++)
+        if (!strcmp(entries[j].name, en->name)) {
+            tool_error(cmd, "--plan %s: the name '%s' is already served%s", arg, en->name,
+                       j == 0 ? " (the model itself: -a NAME renames it)" : "");
+            return false;
+        }
+    rp_context_params cp = model_opts_context(&o->mo, (uint32_t)o->n_parallel);
+    cp.repeat_layers = rep;
+    cp.layer_map = map;
+    rp_status s = rp_context_new(model, &cp, &en->ctx);
+    if (!s) /* one decodes at a time: one set of threads */
+        s = rp_context_share_pool(en->ctx, entries[0].ctx);
+    if (s) return tool_error(cmd, "--plan %s: %s", arg, rp_last_error()), false;
+    en->n_slot = o->n_parallel;
+    en->n_ctx = rp_context_n_ctx(en->ctx);
+    if (g_verbosity > 0) {
+        int nb = rp_context_boundary_repeats(en->ctx, NULL);
+        fprintf(stderr,
+                "serve: model '%s': %s %s%s%s: %d -> %d layers, state %.2f MiB (%d slots x %u "
+                "positions)%s\n",
+                en->name, en->plan_kind, en->plan_spec, en->plan_file ? " from " : "",
+                en->plan_file ? en->plan_file : "", rp_model_n_layer(model),
+                rp_context_n_eff(en->ctx), (double)rp_context_state_bytes(en->ctx) / 1048576.0,
+                o->n_parallel, en->n_ctx, nb ? "; warning: repeats boundary layers" : "");
     }
-    if (verbose) g_verbosity = 2;
-    g_log_requests = verbose;
+    return true;
+}
+
+/* A template that cannot render now will not render later: say so once
+ * (an explicit --chat-template that does not render is an error: false). */
+static bool check_chat_template(const char *cmd, srv_server *srv) {
+    rp_chat_msg probe = {"user", "hi"};
+    char *out = NULL;
+    rp_status s = rp_chat_apply(srv->model, srv->chat_template, &probe, 1, true, &out);
+    free(out);
+    srv->chat_ok = s == RP_OK;
+    if (srv->chat_ok) return true;
+    snprintf(srv->chat_err, sizeof srv->chat_err, "%s", rp_last_error());
+    if (srv->chat_template) {
+        tool_error(cmd, "--chat-template: %s", srv->chat_err);
+        return false;
+    }
+    if (g_verbosity > 0)
+        fprintf(stderr, "serve: /v1/chat/completions is unavailable: %s\n", srv->chat_err);
+    return true;
+}
+
+/* Listens, starts the engine and the HTTP daemon; NULL after printing why not. */
+static struct MHD_Daemon *serve_start(const char *cmd, const serve_opts *o, srv_server *srv) {
+    bool loopback = true;
+    int bound = 0;
+    int lfd = listen_on(o->host, o->port, &bound, &loopback);
+    if (lfd < 0) return NULL;
+    if (!loopback && !o->api_key)
+        fprintf(stderr, "serve: warning: listening on %s, beyond this machine, without --api-key\n",
+                o->host);
+    char err[256];
+    srv->engine = srv_engine_start(srv->entries, srv->n_entries, srv->n_batch, err, sizeof err);
+    if (!srv->engine) {
+        tool_error(cmd, "%s", err);
+        close(lfd);
+        return NULL;
+    }
+    unsigned idle = o->timeout > 0 && o->timeout < 600 ? (unsigned)o->timeout + 1 : 600;
+    struct MHD_Daemon *d = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC |
+            MHD_USE_POLL | MHD_USE_ERROR_LOG,
+        0, NULL, NULL, on_request, srv, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)lfd,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_CONNECTION_TIMEOUT, idle,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)SRV_CONN_LIMIT, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+        NULL, MHD_OPTION_END);
+    if (!d) {
+        tool_error(cmd, "cannot start the HTTP server on %s:%d", o->host, bound);
+        close(lfd);
+        return NULL;
+    }
+    if (g_verbosity > 0) {
+        tbuf names = {0};
+        for (int i = 0; i < srv->n_entries; i++)
+            tbuf_printf(&names, "%s'%s'", i ? ", " : "", srv->entries[i].name);
+        const bool v6 = strchr(o->host, ':') != NULL, many = srv->n_entries > 1;
+        fprintf(stderr,
+                "serve: model%s %s, %d slot%s%s x %u positions, weights mapped once (%.2f MiB), "
+                "listening on http://%s%s%s:%d%s\n",
+                many ? "s" : "", names.data ? names.data : "", o->n_parallel,
+                o->n_parallel == 1 ? "" : "s", many ? " each" : "", srv->entries[0].n_ctx,
+                (double)rp_model_weight_bytes(srv->model) / 1048576.0, v6 ? "[" : "", o->host,
+                v6 ? "]" : "", bound, o->api_key ? " (API key required)" : "");
+        tbuf_free(&names);
+        fflush(stderr);
+    }
+    return d;
+}
+
+/* Until SIGTERM or SIGINT; then stop accepting (queued requests get 503 at
+ * once: from this moment none is admitted while the listening socket
+ * closes), let running ones finish within --grace, and let the handlers send
+ * what their finished tasks produced. */
+static void serve_until_signal(srv_server *srv, struct MHD_Daemon *d, const sigset_t *sigs,
+                               double grace) {
+    int sig = 0;
+    while (sigwait(sigs, &sig) != 0) {
+    }
+    if (g_verbosity > 0) {
+        int busy, queued;
+        srv_engine_counts(srv->engine, &busy, &queued);
+        fprintf(stderr, "serve: %s: stopping (%d running, %d queued)\n",
+                sig == SIGTERM ? "SIGTERM" : "SIGINT", busy, queued);
+    }
+    atomic_store(&srv->stopping, true);
+    srv_engine_drain(srv->engine, grace);
+    MHD_socket ls = MHD_quiesce_daemon(d);
+    if (ls != MHD_INVALID_SOCKET) close(ls);
+    srv_engine_stop(srv->engine, grace);
+    for (double until = now_s() + 5.0; atomic_load(&g_in_flight) > 0 && now_s() < until;)
+        usleep(10000);
+}
+
+/* The server's state beyond its entries. */
+static void server_init(srv_server *srv, const serve_opts *o, rp_model *model, srv_entry *entries,
+                        int n_entries) {
+    memset(srv, 0, sizeof *srv);
+    srv->model = model;
+    srv->model_path = o->mo.model;
+    srv->entries = entries;
+    srv->n_entries = n_entries;
+    srv->api_key = o->api_key;
+    srv->chat_template = o->chat_template;
+    srv->timeout = o->timeout;
+    srv->max_body = (size_t)o->max_body;
+    srv->n_batch = o->mo.n_batch ? (int)o->mo.n_batch : 512;
+    srv->t_start = now_s();
+    atomic_init(&srv->stopping, false);
+    atomic_init(&srv->counter, (uint_fast64_t)time(NULL) << 20);
+    json_object_seed(0);
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *cmd = "serve";
+    serve_opts o = {.host = "127.0.0.1",
+                    .port = 8080,
+                    .n_parallel = 1,
+                    .timeout = 600.0f,
+                    .grace = 10.0f,
+                    .max_body = 4u << 20};
+    model_opts_init(&o.mo);
+    spec_opts_init(&o.so);
+    int rc = serve_parse(cmd, &o, argc, argv);
+    if (rc != ARGS_OK) return rc;
+    if (!spec_opts_check(cmd, &o.so, &o.mo) || !serve_check(cmd, &o)) return 2;
+    if (o.verbose) g_verbosity = 2;
+    g_log_requests = o.verbose;
 
     /* Signals are taken by sigwait in this thread only: block them before any
      * thread (thread pool, engine, HTTP) exists so every thread inherits the mask. */
@@ -671,8 +811,7 @@ int cmd_serve(int argc, char **argv) {
 
     rp_model *model;
     rp_context *ctx;
-    int code;
-    if (!tool_load(cmd, &mo, (uint32_t)n_parallel, &model, &ctx, &code)) return code;
+    if (!tool_load(cmd, &o.mo, (uint32_t)o.n_parallel, &model, &ctx, &rc)) return rc;
 
     /* entry 0: the model as loaded; then one entry per --plan, each its own
      * context (plan, KV, slots) over the same rp_model: the weights are mapped once */
@@ -682,161 +821,37 @@ int cmd_serve(int argc, char **argv) {
     memset(&store, 0, sizeof store);
     int n_entries = 1;
     entries[0] = (srv_entry){
-        .name = (char *)(alias ? alias : base_name(mo.model)),
+        .name = (char *)(o.alias ? o.alias : base_name(o.mo.model)),
         .ctx = ctx,
-        .n_slot = n_parallel,
+        .n_slot = o.n_parallel,
         .n_ctx = rp_context_n_ctx(ctx),
-        .plan_kind = plan_kind(mo.repeat_layers, mo.layer_map),
-        .plan_spec = mo.repeat_layers ? mo.repeat_layers
-                     : mo.layer_map   ? mo.layer_map
-                                      : "",
+        .plan_kind = plan_kind(o.mo.repeat_layers, o.mo.layer_map),
+        .plan_spec = o.mo.repeat_layers ? o.mo.repeat_layers
+                     : o.mo.layer_map   ? o.mo.layer_map
+                                        : "",
         .description = "",
     };
-    int ret = 1, bound = 0;
+    rc = 1;
     srv_server srv;
-    memset(&srv, 0, sizeof srv);
     struct MHD_Daemon *d = NULL;
-    for (int i = 0; i < plans.n; i++) {
-        srv_entry *en = &entries[n_entries];
-        const char *rep, *map;
-        if (!parse_plan_arg(cmd, plans.v[i], &mo, model, &store, en, &rep, &map)) goto out;
-        for (int j = 0; j < n_entries; j++)
-            if (!strcmp(entries[j].name, en->name)) {
-                tool_error(cmd, "--plan %s: the name '%s' is already served%s", plans.v[i],
-                           en->name, j == 0 ? " (the model itself: -a NAME renames it)" : "");
-                goto out;
-            }
-        rp_context_params cp = rp_context_default_params();
-        cp.n_ctx = mo.n_ctx;
-        cp.n_batch = mo.n_batch;
-        cp.n_seq_max = (uint32_t)n_parallel;
-        cp.n_threads = mo.n_threads;
-        cp.type_k = mo.type_k;
-        cp.type_v = mo.type_v;
-        cp.repeat_layers = rep;
-        cp.layer_map = map;
-        cp.keep_hidden = mo.keep_hidden;
-        rp_status s = rp_context_new(model, &cp, &en->ctx);
-        if (!s)
-            s = rp_context_share_pool(en->ctx, ctx); /* one decodes at a time: one set of threads */
-        if (s) {
-            rp_fail_prefix(s, "--plan %s", plans.v[i]);
-            tool_fail(cmd, s);
-            goto out;
-        }
-        en->n_slot = n_parallel;
-        en->n_ctx = rp_context_n_ctx(en->ctx);
-        n_entries++;
-        if (g_verbosity > 0) {
-            int band, nb = rp_plan_boundary_repeats(en->ctx->plan, &band);
-            fprintf(stderr,
-                    "serve: model '%s': %s %s%s%s: %d -> %d layers, state %.2f MiB (%d slots x %u "
-                    "positions)%s\n",
-                    en->name, en->plan_kind, en->plan_spec, en->plan_file ? " from " : "",
-                    en->plan_file ? en->plan_file : "", rp_model_n_layer(model),
-                    rp_context_n_eff(en->ctx), (double)rp_context_state_bytes(en->ctx) / 1048576.0,
-                    n_parallel, en->n_ctx, nb ? "; warning: repeats boundary layers" : "");
-        }
+    bool ok = true;
+    for (int i = 0; ok && i < o.plans.n; i++)
+        if ((ok = add_plan_entry(cmd, &o, model, entries, n_entries, &store, o.plans.v[i])))
+            n_entries++;
+    for (int i = 0; ok && spec_opts_active(&o.so) && i < n_entries; i++) {
+        char label[300];
+        snprintf(label, sizeof label, "serve: model '%s'", entries[i].name);
+        ok = (entries[i].spec = spec_open(cmd, &o.so, entries[i].ctx, label)) != NULL;
     }
-    if (spec_opts_active(&so))
-        for (int i = 0; i < n_entries; i++) {
-            char label[300];
-            snprintf(label, sizeof label, "serve: model '%s'", entries[i].name);
-            entries[i].spec = spec_open(cmd, &so, entries[i].ctx, label);
-            if (!entries[i].spec) goto out;
-        }
-    srv.model = model;
-    srv.model_path = mo.model;
-    srv.entries = entries;
-    srv.n_entries = n_entries;
-    srv.api_key = api_key;
-    srv.chat_template = chat_template;
-    srv.timeout = timeout;
-    srv.max_body = (size_t)max_body;
-    srv.n_batch = mo.n_batch ? (int)mo.n_batch : 512;
-    srv.t_start = rp_time_s();
-    atomic_init(&srv.stopping, false);
-    atomic_init(&srv.counter, (uint_fast64_t)time(NULL) << 20);
-    json_object_seed(0);
-
-    /* a template that cannot render now will not render later: say so once */
-    {
-        rp_chat_msg probe = {"user", "hi"};
-        char *out = NULL;
-        rp_status s = rp_chat_apply(model, chat_template, &probe, 1, true, &out);
-        free(out);
-        srv.chat_ok = s == RP_OK;
-        if (!srv.chat_ok) {
-            snprintf(srv.chat_err, sizeof srv.chat_err, "%s", rp_last_error());
-            if (chat_template) {
-                tool_error(cmd, "--chat-template: %s", srv.chat_err);
-                ret = 2;
-                goto out;
-            }
-            if (g_verbosity > 0)
-                fprintf(stderr, "serve: /v1/chat/completions is unavailable: %s\n", srv.chat_err);
-        }
+    server_init(&srv, &o, model, entries, n_entries);
+    if (ok && !check_chat_template(cmd, &srv)) {
+        ok = false;
+        rc = 2;
     }
-
-    bool loopback = true;
-    int lfd = listen_on(host, port, &bound, &loopback);
-    if (lfd < 0) goto out;
-    if (!loopback && !api_key)
-        fprintf(stderr, "serve: warning: listening on %s, beyond this machine, without --api-key\n",
-                host);
-    srv.engine = srv_engine_start(entries, n_entries, srv.n_batch);
-    if (!srv.engine) {
-        tool_fail(cmd, RP_ERR_NOMEM);
-        close(lfd);
-        goto out;
+    if (ok && (d = serve_start(cmd, &o, &srv))) {
+        serve_until_signal(&srv, d, &sigs, o.grace);
+        rc = 0;
     }
-    unsigned idle = timeout > 0 && timeout < 600 ? (unsigned)timeout + 1 : 600;
-    d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-                             MHD_USE_ITC | MHD_USE_POLL | MHD_USE_ERROR_LOG,
-                         0, NULL, NULL, on_request, &srv, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)lfd,
-                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, &srv,
-                         MHD_OPTION_CONNECTION_TIMEOUT, idle, MHD_OPTION_CONNECTION_LIMIT,
-                         (unsigned)SRV_CONN_LIMIT, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-                         MHD_OPTION_END);
-    if (!d) {
-        tool_error(cmd, "cannot start the HTTP server on %s:%d", host, bound);
-        close(lfd);
-        goto out;
-    }
-    if (g_verbosity > 0) {
-        rp_buf names = {0};
-        for (int i = 0; i < n_entries; i++)
-            rp_buf_printf(&names, "%s'%s'", i ? ", " : "", entries[i].name);
-        fprintf(stderr,
-                "serve: model%s %s, %d slot%s%s x %u positions, weights mapped once (%.2f MiB), "
-                "listening on http://%s%s%s:%d%s\n",
-                n_entries > 1 ? "s" : "", names.data ? names.data : "", n_parallel,
-                n_parallel == 1 ? "" : "s", n_entries > 1 ? " each" : "", entries[0].n_ctx,
-                (double)rp_model_weight_bytes(model) / 1048576.0, strchr(host, ':') ? "[" : "",
-                host, strchr(host, ':') ? "]" : "", bound, api_key ? " (API key required)" : "");
-        rp_buf_free(&names);
-        fflush(stderr);
-    }
-
-    int sig = 0;
-    while (sigwait(&sigs, &sig) != 0) {
-    }
-    if (g_verbosity > 0) {
-        int busy, queued;
-        srv_engine_counts(srv.engine, &busy, &queued);
-        fprintf(stderr, "serve: %s: stopping (%d running, %d queued)\n",
-                sig == SIGTERM ? "SIGTERM" : "SIGINT", busy, queued);
-    }
-    /* stop accepting; queued requests get 503; running ones finish within --grace */
-    atomic_store(&srv.stopping, true);
-    MHD_socket ls = MHD_quiesce_daemon(d);
-    if (ls != MHD_INVALID_SOCKET) close(ls);
-    srv_engine_stop(srv.engine, grace);
-    /* let the handlers send what their finished tasks produced */
-    for (double until = rp_time_s() + 5.0; atomic_load(&g_in_flight) > 0 && rp_time_s() < until;)
-        usleep(10000);
-    ret = 0;
-out:
     if (d) MHD_stop_daemon(d);
     srv_engine_free(srv.engine);
     for (int i = 0; i < n_entries; i++) rp_spec_free(entries[i].spec); /* before their targets */
@@ -848,6 +863,6 @@ out:
     for (int i = 0; i < store.n_pf; i++) rp_planfile_free(store.pf[i]);
     for (int i = 0; i < store.n_names; i++) free(store.names[i]);
     rp_model_free(model);
-    if (ret == 0 && g_verbosity > 0) fprintf(stderr, "serve: stopped\n");
-    return ret;
+    if (rc == 0 && g_verbosity > 0) fprintf(stderr, "serve: stopped\n");
+    return rc;
 }

@@ -4,11 +4,6 @@
  * completions (objects and server-sent chunks) or llama.cpp's native
  * /completion, /tokenize and /detokenize. */
 #include "serve.h"
-#include "base/json_util.h"
-#include "text/chat.h"
-#include "core/context.h"
-#include "core/spec.h"
-#include "tools.h"
 
 #include <limits.h>
 #include <math.h>
@@ -18,6 +13,17 @@
 #include <time.h>
 
 /* ---- request fields --------------------------------------------------------- */
+
+/* What a JSON value is, for messages ("'x' must be a string, got an integer"). */
+static const char *json_kind(const json_t *v) {
+    static const char *const kinds[] = {
+        [JSON_OBJECT] = "an object",   [JSON_ARRAY] = "an array", [JSON_STRING] = "a string",
+        [JSON_INTEGER] = "an integer", [JSON_REAL] = "a number",  [JSON_TRUE] = "a boolean",
+        [JSON_FALSE] = "a boolean",    [JSON_NULL] = "null",
+    };
+    const unsigned t = (unsigned)json_typeof(v);
+    return t < ARRAY_LEN(kinds) && kinds[t] ? kinds[t] : "null";
+}
 
 typedef struct gen_params {
     float temperature, top_p, min_p, presence_penalty, frequency_penalty, repeat_penalty;
@@ -104,13 +110,13 @@ static bool read_fields(const json_t *body, const field *tab, gen_params *p, api
         if (f->kind == FK_BOOL) {
             if (!json_is_boolean(v))
                 return refuse(e, 400, "invalid_type", "'%s' must be a boolean, got %s", f->name,
-                              rp_json_kind(v));
+                              json_kind(v));
             *(bool *)dst = json_is_true(v);
             continue;
         }
         if (!json_is_number(v))
             return refuse(e, 400, "invalid_type", "'%s' must be a number, got %s", f->name,
-                          rp_json_kind(v));
+                          json_kind(v));
         double x = json_number_value(v);
         if (f->kind != FK_FLOAT && (!json_is_integer(v) && x != floor(x)))
             return refuse(e, 400, "invalid_type", "'%s' must be an integer, got %g", f->name, x);
@@ -137,7 +143,7 @@ static bool read_stop(const json_t *body, gen_params *p, api_err *e) {
     size_t n = json_is_array(v) ? json_array_size(v) : 1;
     if (!json_is_string(v) && !json_is_array(v))
         return refuse(e, 400, "invalid_type",
-                      "'stop' must be a string or an array of strings, got %s", rp_json_kind(v));
+                      "'stop' must be a string or an array of strings, got %s", json_kind(v));
     if (n > SRV_MAX_STOP)
         return refuse(e, 422, "invalid_value", "'stop' has %zu strings; at most %d", n,
                       SRV_MAX_STOP);
@@ -145,7 +151,7 @@ static bool read_stop(const json_t *body, gen_params *p, api_err *e) {
         json_t *s = json_is_array(v) ? json_array_get(v, i) : v;
         if (!json_is_string(s))
             return refuse(e, 400, "invalid_type", "'stop[%zu]' must be a string, got %s", i,
-                          rp_json_kind(s));
+                          json_kind(s));
         size_t len = json_string_length(s);
         if (len == 0) continue; /* an empty stop string would stop before anything */
         if (len > SRV_MAX_STOP_LEN)
@@ -214,17 +220,17 @@ static int pick_entry(srv_server *srv, const json_t *body, api_err *e) {
     json_t *m = body ? json_object_get(body, "model") : NULL;
     if (!m || json_is_null(m)) return 0;
     if (!json_is_string(m)) {
-        refuse(e, 400, "invalid_type", "'model' must be a string, got %s", rp_json_kind(m));
+        refuse(e, 400, "invalid_type", "'model' must be a string, got %s", json_kind(m));
         return -1;
     }
     for (int i = 0; i < srv->n_entries; i++)
         if (!strcmp(srv->entries[i].name, json_string_value(m))) return i;
-    rp_buf names = {0};
+    tbuf names = {0};
     for (int i = 0; i < srv->n_entries; i++)
-        rp_buf_printf(&names, "%s'%s'", i ? ", " : "", srv->entries[i].name);
+        tbuf_printf(&names, "%s'%s'", i ? ", " : "", srv->entries[i].name);
     refuse(e, 404, "model_not_found", "model '%.200s' is not served here (models: %s)",
            json_string_value(m), names.data ? names.data : "");
-    rp_buf_free(&names);
+    tbuf_free(&names);
     return -1;
 }
 
@@ -261,7 +267,7 @@ static bool token_array(srv_server *srv, const json_t *a, const char *what, int3
         json_t *x = json_array_get(a, i);
         if (!json_is_integer(x))
             return refuse(e, 400, "invalid_type", "'%s[%zu]' must be a token id (integer), got %s",
-                          what, i, rp_json_kind(x));
+                          what, i, json_kind(x));
         json_int_t id = json_integer_value(x);
         if (id < 0 || id >= nv)
             return refuse(e, 422, "invalid_value",
@@ -288,7 +294,7 @@ static bool read_prompt(srv_server *srv, const json_t *body, int32_t **toks, int
         return tokenize_text(srv, json_string_value(p), json_string_length(p), toks, n, e);
     if (json_is_array(p)) return token_array(srv, p, "prompt", toks, n, e);
     return refuse(e, 400, "invalid_type",
-                  "'prompt' must be a string or an array of token ids, got %s", rp_json_kind(p));
+                  "'prompt' must be a string or an array of token ids, got %s", json_kind(p));
 }
 
 /* "messages" rendered through the chat template. */
@@ -296,22 +302,21 @@ static bool read_messages(srv_server *srv, const json_t *body, int32_t **toks, i
     json_t *m = json_object_get(body, "messages");
     if (!m || json_is_null(m)) return refuse(e, 400, "missing_field", "'messages' is required");
     if (!json_is_array(m))
-        return refuse(e, 400, "invalid_type", "'messages' must be an array, got %s",
-                      rp_json_kind(m));
+        return refuse(e, 400, "invalid_type", "'messages' must be an array, got %s", json_kind(m));
     size_t k = json_array_size(m);
     if (k == 0) return refuse(e, 422, "invalid_value", "'messages' is empty");
     if (!srv->chat_ok)
         return refuse(e, 400, "chat_template_unavailable", "chat is unavailable on this server: %s",
                       srv->chat_err);
     rp_chat_msg *msgs = calloc(k, sizeof *msgs);
-    rp_buf *parts = calloc(k, sizeof *parts); /* content assembled from text parts */
+    tbuf *parts = calloc(k, sizeof *parts); /* content assembled from text parts */
     bool ok = msgs && parts;
     if (!ok) refuse(e, 500, NULL, "out of memory");
     for (size_t i = 0; ok && i < k; i++) {
         json_t *x = json_array_get(m, i);
         if (!json_is_object(x)) {
             ok = refuse(e, 400, "invalid_type", "'messages[%zu]' must be an object, got %s", i,
-                        rp_json_kind(x));
+                        json_kind(x));
             break;
         }
         json_t *role = json_object_get(x, "role"), *content = json_object_get(x, "content");
@@ -351,15 +356,15 @@ static bool read_messages(srv_server *srv, const json_t *body, int32_t **toks, i
                         i, j);
                     break;
                 }
-                if (!rp_buf_append(&parts[i], json_string_value(tx), strlen(json_string_value(tx))))
+                if (!tbuf_add(&parts[i], json_string_value(tx), strlen(json_string_value(tx))))
                     ok = refuse(e, 500, NULL, "out of memory");
             }
-            if (ok && !rp_buf_append(&parts[i], "", 1)) ok = refuse(e, 500, NULL, "out of memory");
+            if (ok && !tbuf_add(&parts[i], "", 1)) ok = refuse(e, 500, NULL, "out of memory");
             if (ok) msgs[i].content = parts[i].data;
         } else {
             ok = refuse(e, 400, "invalid_type",
                         "'messages[%zu].content' must be a string or an array of parts, got %s", i,
-                        rp_json_kind(content));
+                        json_kind(content));
         }
     }
     char *text = NULL;
@@ -371,7 +376,7 @@ static bool read_messages(srv_server *srv, const json_t *body, int32_t **toks, i
     }
     if (ok) ok = tokenize_text(srv, text, strlen(text), toks, n, e);
     free(text);
-    for (size_t i = 0; parts && i < k; i++) rp_buf_free(&parts[i]);
+    for (size_t i = 0; parts && i < k; i++) tbuf_free(&parts[i]);
     free(parts);
     free(msgs);
     return ok;
@@ -466,10 +471,10 @@ static json_t *final_json(const api_reply *a, const srv_task *t) {
                      usage_json(a, t));
 }
 
-static bool sse(rp_buf *out, json_t *j) {
+static bool sse(tbuf *out, json_t *j) {
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
-    bool ok = s && rp_buf_printf(out, "data: %s\n\n", s);
+    bool ok = s && tbuf_printf(out, "data: %s\n\n", s);
     free(s);
     return ok;
 }
@@ -494,7 +499,7 @@ static json_t *chunk_json(api_reply *a, const char *text, size_t n, const char *
                      (json_int_t)a->created, "model", a->model, "choices", choice);
 }
 
-static bool emit(void *user, rp_buf *out, const char *text, size_t n, const srv_task *done) {
+static bool emit(void *user, tbuf *out, const char *text, size_t n, const srv_task *done) {
     api_reply *a = user;
     if (!done) {
         if (a->kind == K_CHAT && !a->role_sent && !sse(out, chunk_json(a, "", 0, NULL)))
@@ -516,7 +521,7 @@ static bool emit(void *user, rp_buf *out, const char *text, size_t n, const srv_
                               "usage", usage_json(a, done));
         if (!sse(out, u)) return false;
     }
-    return rp_buf_printf(out, "data: [DONE]\n\n");
+    return tbuf_printf(out, "data: [DONE]\n\n");
 }
 
 static void reply_free(void *user) {
@@ -577,7 +582,7 @@ static enum MHD_Result generate(srv_req *r, json_t *body, api_kind kind) {
     uint64_t serial = atomic_fetch_add(&srv->counter, 1);
     snprintf(a->id, sizeof a->id, "%s-%016llx", kind == K_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)mix64(serial));
-    if (a->gp.seed < 0) a->gp.seed = (int64_t)(mix64(serial ^ (uint64_t)(rp_time_s() * 1e9)) >> 1);
+    if (a->gp.seed < 0) a->gp.seed = (int64_t)(mix64(serial ^ (uint64_t)(now_s() * 1e9)) >> 1);
 
     t->entry = ei;
     t->prompt = toks;
@@ -598,7 +603,7 @@ static enum MHD_Result generate(srv_req *r, json_t *body, api_kind kind) {
             reply_free(a);
             return srv_reply_error(r, 500, "server_error", NULL, "out of memory");
         }
-    t->t_submit = rp_time_s();
+    t->t_submit = now_s();
     t->deadline = srv->timeout > 0 ? t->t_submit + srv->timeout : 0;
     if (!srv_submit(srv->engine, t)) {
         srv_release(srv->engine, t);
@@ -635,8 +640,7 @@ static bool read_bool(const json_t *body, const char *name, bool *out, api_err *
     json_t *v = json_object_get(body, name);
     if (!v || json_is_null(v)) return true;
     if (!json_is_boolean(v))
-        return refuse(e, 400, "invalid_type", "'%s' must be a boolean, got %s", name,
-                      rp_json_kind(v));
+        return refuse(e, 400, "invalid_type", "'%s' must be a boolean, got %s", name, json_kind(v));
     *out = json_is_true(v);
     return true;
 }
@@ -649,9 +653,9 @@ enum MHD_Result api_tokenize(srv_req *r, json_t *body) {
     if (!c || json_is_null(c))
         return reply_refusal(r, (refuse(&e, 400, "missing_field", "'content' is required"), &e));
     if (!json_is_string(c))
-        return reply_refusal(r, (refuse(&e, 400, "invalid_type",
-                                        "'content' must be a string, got %s", rp_json_kind(c)),
-                                 &e));
+        return reply_refusal(
+            r, (refuse(&e, 400, "invalid_type", "'content' must be a string, got %s", json_kind(c)),
+                &e));
     if (!read_bool(body, "add_special", &add_special, &e) ||
         !read_bool(body, "parse_special", &parse_special, &e) ||
         !read_bool(body, "with_pieces", &with_pieces, &e))
@@ -692,9 +696,9 @@ enum MHD_Result api_detokenize(srv_req *r, json_t *body) {
     if (!a || json_is_null(a))
         return reply_refusal(r, (refuse(&e, 400, "missing_field", "'tokens' is required"), &e));
     if (!json_is_array(a))
-        return reply_refusal(r, (refuse(&e, 400, "invalid_type",
-                                        "'tokens' must be an array, got %s", rp_json_kind(a)),
-                                 &e));
+        return reply_refusal(
+            r, (refuse(&e, 400, "invalid_type", "'tokens' must be an array, got %s", json_kind(a)),
+                &e));
     int32_t *toks = NULL;
     int n = 0;
     if (!token_array(srv, a, "tokens", &toks, &n, &e)) {
@@ -704,7 +708,7 @@ enum MHD_Result api_detokenize(srv_req *r, json_t *body) {
     const rp_vocab *v = rp_model_vocab(srv->model);
     int need = rp_detokenize(v, toks, (size_t)n, true, NULL, 0);
     char *text = malloc((size_t)need + 1);
-    rp_buf clean = {0};
+    tbuf clean = {0};
     bool ok = text != NULL;
     if (ok) {
         rp_detokenize(v, toks, (size_t)n, true, text, (size_t)need + 1);
@@ -713,7 +717,7 @@ enum MHD_Result api_detokenize(srv_req *r, json_t *body) {
     free(text);
     free(toks);
     json_t *j = ok ? json_pack("{s:s%}", "content", clean.data ? clean.data : "", clean.len) : NULL;
-    rp_buf_free(&clean);
+    tbuf_free(&clean);
     return srv_reply_json(r, 200, j);
 }
 
@@ -747,30 +751,30 @@ static void proc_rss(uint64_t *rss, uint64_t *peak) {
 /* The plan of one entry: what it runs, what it costs. */
 static json_t *plan_json(const srv_entry *en) {
     const rp_context *c = en->ctx;
-    const rp_model *m = c->model;
-    const rp_plan *p = c->plan;
+    const rp_model *m = rp_context_model(c);
+    const int n_eff = rp_context_n_eff(c);
+    rp_state_info si;
+    rp_context_state_info(c, &si);
     json_t *src = json_array(), *seams = json_array();
-    int kv_id = 0, kv_plan = 0;
-    for (int l = 0; l < m->hp.n_trunk; l++) kv_id += m->info[l].has_kv || m->info[l].rec_floats;
-    for (int e = 0; e < p->n_eff; e++) {
+    for (int e = 0; e < n_eff; e++) {
         json_array_append_new(src, json_integer(rp_context_step_src(c, e)));
-        if (e > 0 && p->seam[e]) json_array_append_new(seams, json_integer(e));
-        kv_plan += m->info[p->src[e]].has_kv || m->info[p->src[e]].rec_floats;
+        if (rp_context_step_seam(c, e)) json_array_append_new(seams, json_integer(e));
     }
-    int need = rp_context_plan_report(c, NULL, 0), fn = rp_plan_format(p, NULL, 0);
+    int need = rp_context_plan_report(c, NULL, 0), fn = rp_context_plan_format(c, NULL, 0);
     char *report = malloc((size_t)need + 1), *compact = malloc((size_t)fn + 1);
     if (report) rp_context_plan_report(c, report, (size_t)need + 1);
-    if (compact) rp_plan_format(p, compact, (size_t)fn + 1);
+    if (compact) rp_context_plan_format(c, compact, (size_t)fn + 1);
+    const int kv_id = si.n_slots_trunk, kv_plan = si.n_slots;
     json_t *j = json_pack(
         "{s:s,s:s,s:i,s:i,s:s,s:o,s:o,s:i,s:i,s:f,s:f,s:I,s:I,s:I,s:I,s:s}", "kind", en->plan_kind,
-        "spec", en->plan_spec, "n_layer", rp_model_n_layer(m), "n_eff", rp_context_n_eff(c),
-        "eff_to_src_compact", compact ? compact : "", "eff_to_src", src, "seams", seams, "kv_slots",
-        kv_plan, "kv_slots_identity", kv_id, "kv_growth", kv_id ? (double)kv_plan / kv_id : 1.0,
-        "compute_growth", (double)p->n_eff / p->n_src, "state_bytes",
+        "spec", en->plan_spec, "n_layer", rp_model_n_layer(m), "n_eff", n_eff, "eff_to_src_compact",
+        compact ? compact : "", "eff_to_src", src, "seams", seams, "kv_slots", kv_plan,
+        "kv_slots_identity", kv_id, "kv_growth", kv_id ? (double)kv_plan / kv_id : 1.0,
+        "compute_growth", (double)n_eff / rp_model_n_layer(m), "state_bytes",
         (json_int_t)rp_context_state_bytes(c), "state_bytes_per_slot",
         (json_int_t)(rp_context_state_bytes(c) / (uint64_t)en->n_slot), "kv_bytes",
-        (json_int_t)c->state.kv_bytes, "kv_bytes_per_slot",
-        (json_int_t)(c->state.kv_bytes / (uint64_t)en->n_slot), "report", report ? report : "");
+        (json_int_t)si.kv_bytes, "kv_bytes_per_slot",
+        (json_int_t)(si.kv_bytes / (uint64_t)en->n_slot), "report", report ? report : "");
     free(report);
     free(compact);
     if (j && en->spec) { /* speculative decoding: what drafts for this plan */
@@ -790,6 +794,12 @@ static json_t *plan_json(const srv_entry *en) {
     return j;
 }
 
+static uint64_t kv_bytes(const rp_context *c) {
+    rp_state_info si;
+    rp_context_state_info(c, &si);
+    return si.kv_bytes;
+}
+
 static json_t *entry_json(const srv_server *srv, const srv_entry *en) {
     (void)srv;
     return json_pack("{s:s,s:i,s:i,s:o}", "id", en->name, "n_ctx", (int)en->n_ctx, "slots",
@@ -800,7 +810,7 @@ enum MHD_Result api_models(srv_req *r, json_t *body) {
     (void)body;
     srv_server *srv = srv_req_server(r);
     json_t *data = json_array();
-    long long created = (long long)time(NULL) - (long long)(rp_time_s() - srv->t_start);
+    long long created = (long long)time(NULL) - (long long)(now_s() - srv->t_start);
     for (int i = 0; i < srv->n_entries; i++) {
         const srv_entry *en = &srv->entries[i];
         json_array_append_new(
@@ -812,8 +822,7 @@ enum MHD_Result api_models(srv_req *r, json_t *body) {
                       "n_params", (json_int_t)rp_model_n_params(srv->model), "size",
                       (json_int_t)rp_model_weight_bytes(srv->model), "plan", en->plan_kind, "spec",
                       en->plan_spec, "description", en->description ? en->description : "",
-                      "kv_bytes_per_slot",
-                      (json_int_t)(en->ctx->state.kv_bytes / (uint64_t)en->n_slot)));
+                      "kv_bytes_per_slot", (json_int_t)(kv_bytes(en->ctx) / (uint64_t)en->n_slot)));
     }
     return srv_reply_json(r, 200, json_pack("{s:s,s:o}", "object", "list", "data", data));
 }
@@ -836,7 +845,7 @@ enum MHD_Result api_props(srv_req *r, json_t *body) {
     rp_model_desc(srv->model, desc, sizeof desc);
     rp_sampler_params d = rp_sampler_default_params();
     const char *tmpl = rp_model_meta_str(srv->model, "tokenizer.chat_template");
-    rp_buf clean = {0};
+    tbuf clean = {0};
     if (tmpl) utf8_append_valid(&clean, tmpl, strlen(tmpl));
     json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:i,s:o,s:o,s:{s:f,s:i,s:f,s:f,s:i},s:{s:I,"
                           "s:I,s:I,s:I,s:f,s:f},s:s?,"
@@ -854,6 +863,6 @@ enum MHD_Result api_props(srv_req *r, json_t *body) {
                           weights ? (double)peak / (double)weights : 0.0, "chat_template",
                           clean.data, "chat_template_name", srv->chat_template, "chat",
                           srv->chat_ok, "build_info", "reprise " RP_VERSION);
-    rp_buf_free(&clean);
+    tbuf_free(&clean);
     return srv_reply_json(r, 200, j);
 }

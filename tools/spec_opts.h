@@ -3,7 +3,6 @@
 #ifndef RP_TOOLS_SPEC_OPTS_H
 #define RP_TOOLS_SPEC_OPTS_H
 
-#include "core/spec.h"
 #include "tools.h"
 
 typedef struct spec_opts {

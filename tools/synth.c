@@ -1,5 +1,4 @@
 /* reprise synth: a deterministic random-weight model of a given shape. */
-#include "convert/synth.h"
 #include "tools.h"
 
 #include <string.h>
@@ -56,17 +55,15 @@ int cmd_synth(int argc, char **argv) {
         {0},
     };
     const arg_opt *tables[] = {opts, NULL};
-    arg_spec spec = {cmd,
-                     "reprise synth --arch A [shape options] [--type T] [--vocab FROM.gguf] -o OUT",
-                     "Writes a deterministic random-weight model (same seed, same bytes) for "
-                     "tests, benchmarks and\n"
-                     "the demo. Its text is noise; its arithmetic is the real thing.",
-                     tables,
-                     NULL,
-                     0,
-                     NULL};
-    bool help;
-    if (!args_parse(&spec, argc, argv, &help)) return help ? 0 : 2;
+    const arg_spec spec = {
+        .cmd = cmd,
+        .usage = "reprise synth --arch A [shape options] [--type T] [--vocab FROM.gguf] -o OUT",
+        .description = "Writes a deterministic random-weight model (same seed, same bytes) for "
+                       "tests, benchmarks and\n"
+                       "the demo. Its text is noise; its arithmetic is the real thing.",
+        .tables = tables};
+    int rc = args_parse_cmd(&spec, argc, argv);
+    if (rc != ARGS_OK) return rc;
     if (!out) {
         tool_error(cmd, "no output file (-o FILE)");
         return 2;

@@ -1,16 +1,22 @@
-/* Shared pieces of the command-line tools: option tables, logging to stderr,
- * progress on a terminal, and the model/context options every subcommand that
- * loads a model accepts. Only the tools talk to the user. */
+/* Shared pieces of the command-line tools: option tables, messages on stderr,
+ * progress on a terminal, small helpers, and the model/context options every
+ * subcommand that loads a model accepts. Only the tools talk to the user; they
+ * use the library through its public headers alone (reprise.h,
+ * reprise_tools.h). Each subcommand reads parse -> validate -> run -> report. */
 #ifndef RP_TOOLS_H
 #define RP_TOOLS_H
 
 #include "reprise.h"
+#include "reprise_tools.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
-/* ---- option tables ------------------------------------------------------- */
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ---- option tables (common.c) --------------------------------------------- */
 
 typedef enum arg_kind {
     ARG_END = 0,
@@ -37,10 +43,9 @@ typedef struct arg_opt {
     const char *help;
 } arg_opt;
 
-/* Parses argv[1..] against one or more option tables (NULL-terminated list of
- * tables). Positional arguments are collected in pos (at most max_pos). On an
- * error prints "reprise CMD: ..." and returns false. --help / -h prints usage
- * and sets *help. */
+/* A command line: one or more option tables (NULL-terminated list of
+ * tables), positional arguments collected in pos (at most max_pos), and the
+ * paragraphs --help prints after the options (NULL-terminated; may be NULL). */
 typedef struct arg_spec {
     const char *cmd;
     const char *usage;       /* "reprise run -m MODEL [options]" */
@@ -49,10 +54,18 @@ typedef struct arg_spec {
     const char **pos;
     int max_pos;
     int *n_pos;
+    const char *const *epilog;
 } arg_spec;
 
+/* Parses argv[1..]. On an error prints "reprise CMD: ..." and returns false;
+ * --help / -h prints the usage (and the epilog) on stdout, sets *help and
+ * returns false. */
 bool args_parse(const arg_spec *spec, int argc, char **argv, bool *help);
 void args_usage(const arg_spec *spec, FILE *fp);
+/* args_parse as a subcommand ends it: ARGS_OK to go on, or the exit status
+ * (0 after --help, 2 after an error). */
+#define ARGS_OK (-1)
+int args_parse_cmd(const arg_spec *spec, int argc, char **argv);
 
 /* ---- messages ------------------------------------------------------------ */
 
@@ -74,7 +87,40 @@ bool progress_cb(float frac, void *user); /* rp_progress_fn; user = progress* */
 void progress_update(progress *p, float frac, const char *extra);
 void progress_done(progress *p);
 
-/* ---- model + context options shared by run, bench, perplexity, serve ... -- */
+/* ---- small helpers ---------------------------------------------------------- */
+
+double now_s(void);                      /* monotonic seconds */
+const char *base_name(const char *path); /* what follows the last '/' */
+/* "42s", "3m07s", "2h05m" */
+void fmt_duration(char *buf, size_t n, double seconds);
+char *tool_read_text(const char *cmd, const char *path, size_t *len); /* NULL on error */
+bool parse_int_list(const char *s, int32_t **out, size_t *n);         /* "1,2,3" or "1 2 3" */
+
+/* A growable byte buffer (text, or arrays of ids): data is NUL-terminated
+ * after len; false when memory runs out (the buffer is unchanged). */
+typedef struct tbuf {
+    char *data;
+    size_t len, cap;
+} tbuf;
+bool tbuf_add(tbuf *b, const void *p, size_t n);
+bool tbuf_printf(tbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void tbuf_free(tbuf *b);
+
+/* ---- sampling options shared by run and chat (common.c) ----------------------- */
+
+typedef struct sampling_opts {
+    rp_sampler_params sp;
+    uint64_t seed;
+} sampling_opts;
+
+void sampling_opts_init(sampling_opts *o);
+/* -s, --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n,
+ * --frequency-penalty, --presence-penalty */
+const arg_opt *sampling_opts_table(sampling_opts *o);
+/* Checks the ranges (prints the error) and completes o->sp (seed, temp). */
+bool sampling_opts_check(const char *cmd, sampling_opts *o);
+
+/* ---- model + context options (load.c) -------------------------------------------- */
 
 typedef struct model_opts {
     const char *model;
@@ -87,24 +133,40 @@ typedef struct model_opts {
     bool dump_plan;
     bool quiet;
     bool keep_hidden;      /* the context keeps final hidden states (speculative MTP drafting) */
-    const char *plan_file; /* --plan FILE: a plan file (tools/plan.c) */
+    const char *plan_file; /* --plan FILE: a plan file (plan_resolve.c) */
     bool plan_force;       /* --plan-force: accept weights whose content hash differs */
 } model_opts;
 
+/* Which of the model options a command takes (-m, -c, -b, -t, -ctk, -ctv and
+ * -q always). */
+enum {
+    MO_SPEC = 1,       /* --repeat-layers, --layer-map */
+    MO_PLAN_FILE = 2,  /* --plan */
+    MO_PLAN_FORCE = 4, /* --plan-force */
+    MO_DUMP = 8,       /* --dump-plan */
+    MO_CHUNKS = 16,    /* -c and -b read as chunks of a text (perplexity, scan) */
+    MO_ALL = MO_SPEC | MO_PLAN_FILE | MO_PLAN_FORCE | MO_DUMP,
+};
+
 void model_opts_init(model_opts *o);
-/* The option table for model_opts (-m, -c, -b, -t, -ctk, -ctv, --repeat-layers,
- * --layer-map, --plan, --plan-force, --dump-plan). */
-const arg_opt *model_opts_table(model_opts *o);
+/* The option table of model_opts for a command (a static table: a tool parses once). */
+const arg_opt *model_opts_table(model_opts *o, unsigned which);
 extern const char *const g_plan_help; /* how the plan grammars read, for --help */
 
+/* The model of o->model with progress on a terminal; NULL after printing an
+ * error. vocab_only loads the tokenizer alone. */
+rp_model *tool_load_model(const char *cmd, const char *path, bool vocab_only);
+/* The context parameters of o (its plan not resolved yet). */
+rp_context_params model_opts_context(const model_opts *o, uint32_t n_seq);
 /* Loads the model and creates a context; prints the plan report. With
  * --dump-plan prints the plan and returns false with *exit_code 0. */
 bool tool_load(const char *cmd, const model_opts *o, uint32_t n_seq, rp_model **model,
                rp_context **ctx, int *exit_code);
+/* The context's plan report (rp_context_plan_report) on fp. */
+void tool_print_plan(FILE *fp, const rp_context *ctx);
 
-/* ---- plan files (tools/plan.c) ---------------------------------------------- */
+/* ---- plan files (plan_resolve.c) --------------------------------------------- */
 
-struct rp_planfile;
 #define TOOL_HASH_SIZE 48 /* holds "xxh3-128:" + 32 hex digits */
 /* The content hash of m's weights (from its metadata, the cache beside it, or
  * computed now with a message and progress). false after printing an error. */
@@ -112,18 +174,15 @@ bool tool_content_hash(const char *cmd, const rp_model *m, char hash[TOOL_HASH_S
 /* The plan of o for model m: --repeat-layers / --layer-map as given, or the
  * plan file of --plan read and checked against m (a refusal names the reason;
  * --plan-force accepts another content hash with a loud warning). *repeat and
- * *map may point into *pf: free it with tool_plan_free once the context
+ * *map may point into *pf: free it with rp_planfile_free once the context
  * exists. false after printing an error. */
-bool tool_plan_resolve(const char *cmd, const model_opts *o, const rp_model *m,
-                       struct rp_planfile **pf, const char **repeat, const char **map);
-void tool_plan_free(struct rp_planfile *pf);
-
-/* The context's plan report (rp_context_plan_report) on fp. */
-void tool_print_plan(FILE *fp, const rp_context *ctx);
-
-/* Text helpers. */
-char *tool_read_text(const char *cmd, const char *path, size_t *len); /* NULL on error */
-bool parse_int_list(const char *s, int32_t **out, size_t *n);         /* "1,2,3" or "1 2 3" */
+bool tool_plan_resolve(const char *cmd, const model_opts *o, const rp_model *m, rp_planfile **pf,
+                       const char **repeat, const char **map);
+/* The warning of --plan-force: plan pf (read from file) was made for other
+ * weights than path's (whose hash is hash); `doing` says what happens anyway
+ * ("Applying it anyway", "Serving it anyway"). Printed even with -q. */
+void tool_warn_forced(const rp_planfile *pf, const char *file, const char *path, const char *hash,
+                      const char *doing);
 
 /* ---- subcommands ---------------------------------------------------------- */
 

@@ -161,6 +161,10 @@ void rp_pool_run(rp_pool *p, rp_task_fn fn, void *arg) {
     rp_pool_run_n(p, p->n, fn, arg);
 }
 
+int rp_default_threads(void) {
+    return rp_n_physical_cores();
+}
+
 int rp_n_physical_cores(void) {
     /* Count distinct (physical id, core id) pairs in /proc/cpuinfo; fall back
      * to the online CPU count. */

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -82,27 +83,43 @@ _Noreturn void rp_assert_fail(const char *file, int line, const char *expr) {
 
 /* ---- logging ------------------------------------------------------------- */
 
+/* The callback and its user pointer change together under the lock; a
+ * message is delivered outside it, to the pair read under it. */
+static pthread_mutex_t g_log_mu = PTHREAD_MUTEX_INITIALIZER;
 static rp_log_fn g_log_fn;
 static void *g_log_user;
 
 void rp_log_set(rp_log_fn fn, void *user) {
+    pthread_mutex_lock(&g_log_mu);
     g_log_fn = fn;
     g_log_user = user;
+    pthread_mutex_unlock(&g_log_mu);
+}
+
+static rp_log_fn log_target(void **user) {
+    pthread_mutex_lock(&g_log_mu);
+    rp_log_fn fn = g_log_fn;
+    *user = g_log_user;
+    pthread_mutex_unlock(&g_log_mu);
+    return fn;
 }
 
 bool rp_log_enabled(rp_log_level level) {
     (void)level;
-    return g_log_fn != NULL;
+    void *user;
+    return log_target(&user) != NULL;
 }
 
 void rp_log(rp_log_level level, const char *fmt, ...) {
-    if (!g_log_fn) return;
+    void *user;
+    rp_log_fn fn = log_target(&user);
+    if (!fn) return;
     char msg[4096];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    g_log_fn(level, msg, g_log_user);
+    fn(level, msg, user);
 }
 
 /* ---- allocation ---------------------------------------------------------- */

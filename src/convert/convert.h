@@ -27,49 +27,17 @@
 #include "arch/tensors.h"
 #include "format/gguf.h"
 #include "reprise.h"
+#include "reprise_tools.h"
 #include "format/safetensors.h"
 
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 
-/* ---- the conversion, as the tool drives it -------------------------------- */
+/* ---- the conversion, as the tool drives it: public (reprise_tools.h) ------- */
 
-typedef struct rp_convert_params {
-    const char *dir;         /* the checkpoint directory */
-    int outtype;             /* type of the 2-D weights: RP_TYPE_F32, F16, BF16 or Q8_0; -1 = auto
-                              * (the checkpoint's 16-bit type, else F16, as llama.cpp guesses) */
-    bool vocab_only;         /* metadata and tokenizer only: no weights are read */
-    bool no_vocab;           /* no tokenizer: tokenizer.ggml.model = "none" */
-    bool shapes_from_config; /* a directory without weights is planned from config.json
-                              * (for --dry-run; needs the architecture's shapes callback) */
-    const char *vocab_pre;   /* force tokenizer.ggml.pre of a byte-level BPE tokenizer */
-    const char *arch_opts;   /* options of the architecture's converter, "key[=value],..."
-                              * (which keys: its rp_conv_hooks.opts; others are refused) */
-} rp_convert_params;
-
-rp_convert_params rp_convert_default_params(void);
-
-typedef struct rp_conv rp_conv;
 typedef struct rp_conv_out rp_conv_out;
-
-/* Reads config.json, the tokenizer and the tensor table, and plans the whole
- * output (metadata, tokenizer keys, every tensor's name, type, shape and
- * source). No tensor data is read. On failure *out is NULL. */
-rp_status rp_conv_open(const rp_convert_params *p, rp_conv **out);
-void rp_conv_free(rp_conv *cv);
-
-const char *rp_conv_hf_arch(const rp_conv *cv);   /* "LlamaForCausalLM" */
-const char *rp_conv_arch_name(const rp_conv *cv); /* its general.architecture */
-bool rp_conv_from_shapes(const rp_conv *cv);      /* planned from config.json alone */
-int64_t rp_conv_n_tokens(const rp_conv *cv);      /* tokens written (0 without a vocabulary) */
-size_t rp_conv_n_out(const rp_conv *cv);
 const rp_conv_out *rp_conv_out_at(const rp_conv *cv, size_t i);
-uint64_t rp_conv_file_size(const rp_conv *cv);
-
-/* Streams every tensor into path (temporary file + rename; nothing is left
- * on failure or cancel). Needs a plan made from real weights. */
-rp_status rp_conv_write(rp_conv *cv, const char *path, rp_progress_fn progress, void *user);
 
 /* The tokenizer on its own: DIR/tokenizer.json (+ tokenizer_config.json and
  * chat_template.jinja/.json; special token ids also from config, which may be
@@ -128,7 +96,7 @@ typedef struct rp_conv_hooks {
     const rp_conv_opt *opts;                     /* its options, {0}-terminated; NULL = none */
 } rp_conv_hooks;
 
-const char *rp_conv_arch_list(void); /* the classes reprise converts, for messages */
+/* rp_conv_arch_list (the classes reprise converts, for messages) is public. */
 
 /* An architecture option of params.arch_opts: its value ("" for a bare key),
  * or NULL when not given (the converter declared the key: others are refused

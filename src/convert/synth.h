@@ -6,36 +6,11 @@
 
 #include "format/gguf.h"
 #include "reprise.h"
+#include "reprise_tools.h"
 #include "base/util.h"
 
-typedef struct rp_synth_params {
-    const char *arch;
-    int n_embd, n_layer, n_head, n_head_kv, n_ff;
-    int head_dim; /* 0 = n_embd / n_head */
-    int n_vocab;  /* used without a vocab file (built-in byte vocabulary) */
-    int n_ctx;    /* context_length key */
-    int type;     /* rp_type of 2-D weights */
-    bool tied;    /* no output.weight: the embedding is the output matrix */
-    uint64_t seed;
-    const char *vocab_path; /* copy tokenizer.* keys from this GGUF */
-    float rope_base;        /* 0 = architecture default */
-    int window;             /* sliding window (architectures that have one), 0 = default */
-    /* recurrent / hybrid shapes (qwen35 ...); 0 = the architecture's default */
-    int ssm_conv;      /* conv kernel width */
-    int ssm_state;     /* recurrent state size (width of each recurrent head) */
-    int ssm_groups;    /* recurrent key heads */
-    int ssm_heads;     /* recurrent value heads */
-    int attn_interval; /* every n-th layer is full attention */
-    int n_nextn;       /* NextN/MTP layers after the n_layer trunk layers; -1 = none */
-    int n_rot;         /* rotary dimensions per head */
-    /* Zamba2 (0 = the architecture's default) */
-    int n_shared_blocks;   /* shared transformer blocks the hybrid layers cycle through */
-    int adapter_rank;      /* rank of each visit's MLP adapter pair */
-    int attn_adapter_rank; /* rank of each visit's q/k/v adapter pairs (0 = none) */
-    bool adapters_merged;  /* the older merged form: a full ffn_up per hybrid layer, no pairs */
-} rp_synth_params;
-
-rp_synth_params rp_synth_default_params(void);
+/* rp_synth_params, rp_synth_default_params and rp_synth_write are public
+ * (reprise_tools.h). */
 
 typedef struct rp_synth rp_synth;
 
@@ -60,9 +35,5 @@ rp_gguf_writer *rp_synth_writer(rp_synth *s);
  * head counts, key/value length, rope, eps, context_length. */
 rp_status rp_synth_transformer_keys(rp_synth *s, const rp_synth_params *p, float rope_base,
                                     float eps);
-
-/* Writes the model atomically. */
-rp_status rp_synth_write(const rp_synth_params *p, const char *path, rp_progress_fn progress,
-                         void *user);
 
 #endif

@@ -280,8 +280,11 @@ static rp_status grow(void **p, size_t *cap, size_t need, size_t elem, const cha
  * rp_decode_steps. */
 static rp_status decode(rp_context *c, const rp_batch *b, int begin, int end, const float *x_in,
                         float *x_out) {
-    if (!b || b->n_tokens < 1 || !b->token)
+    if (!b || b->n_tokens < 1 || (!b->token && !b->embd))
         return rp_fail(RP_ERR_INVALID_ARG, "decode: empty batch");
+    if (b->token && b->embd)
+        return rp_fail(RP_ERR_INVALID_ARG,
+                       "decode: a batch holds token ids or input embeddings, not both");
     const rp_model *m = c->model;
     const bool partial = end > 0 && end < c->plan->n_eff;
     const int n = b->n_tokens;
@@ -305,7 +308,7 @@ static rp_status decode(rp_context *c, const rp_batch *b, int begin, int end, co
                         i, sq, c->n_seq);
             goto done;
         }
-        if (b->token[i] < 0 || b->token[i] >= nv) {
+        if (b->token && (b->token[i] < 0 || b->token[i] >= nv)) {
             s = rp_fail(RP_ERR_INVALID_ARG,
                         "decode: token %d has id %d, outside the vocabulary (0..%d)", i,
                         b->token[i], nv - 1);
@@ -355,12 +358,18 @@ static rp_status decode(rp_context *c, const rp_batch *b, int begin, int end, co
     int out_base = 0;
     for (int u0 = 0; u0 < n; u0 += c->n_ubatch) {
         int un = RP_MIN(c->n_ubatch, n - u0);
+        if (c->abort_fn && c->abort_fn(c->abort_user)) {
+            c->n_batch_last = 0; /* no logits of a cancelled call */
+            s = rp_fail(RP_ERR_CANCELLED, "decode: aborted after %d of %d tokens", u0, n);
+            goto done;
+        }
         int uo = 0;
         for (int i = 0; i < un; i++)
             if (c->out_index[u0 + i] >= 0) rows[uo++] = i;
         rp_ubatch ub = {
             .n_tok = un,
-            .token = b->token + u0,
+            .token = b->token ? b->token + u0 : NULL,
+            .embd = b->embd ? b->embd + (size_t)u0 * (size_t)ne : NULL,
             .pos = pos + u0,
             .seq = seq + u0,
             .n_out = uo,

@@ -48,7 +48,9 @@ struct rp_context {
     float *attn_scratch;
     size_t attn_scratch_per_thread;
     void *arch_ctx;
-    bool pool_borrowed; /* cc.pool belongs to another context (rp_context_share_pool) */
+    bool pool_borrowed;   /* cc.pool belongs to another context (rp_context_share_pool) */
+    rp_abort_fn abort_fn; /* rp_context_set_abort: asked before each pass of a decode */
+    void *abort_user;
 };
 
 /* Decodes a batch through plan steps [begin, end) only: the prefix reuse of
@@ -67,13 +69,7 @@ struct rp_context {
  * (rp_arch.step_ranges false) are refused with RP_ERR_UNSUPPORTED. */
 rp_status rp_decode_steps(rp_context *c, const rp_batch *b, int begin, int end, const float *x_in,
                           float *x_out);
-/* Lets c run on donor's thread pool instead of its own (freed now), so
- * several contexts that are decoded one after the other from one thread (a
- * server's entries) keep one set of worker threads rather than one spinning
- * set per context. They must never decode at the same time, and donor must
- * outlive c. Both must have the same thread count (scratch is sized by it);
- * RP_ERR_INVALID_ARG otherwise, and nothing changes. */
-rp_status rp_context_share_pool(rp_context *c, rp_context *donor);
+/* rp_context_share_pool (one thread pool for several contexts) is public. */
 
 /* Shared tail of every forward: final norm of the output rows of x
  * ([n_tok][n_embd], rows selected by ub->out_rows unless already compacted),

@@ -5,6 +5,7 @@
 #define RP_PLAN_H
 
 #include "reprise.h"
+#include "reprise_tools.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -19,7 +20,7 @@ typedef struct rp_plan {
     int kind;   /* RP_PLAN_IDENTITY / _REPEAT / _MAP */
 } rp_plan;
 
-enum { RP_PLAN_IDENTITY = 0, RP_PLAN_REPEAT = 1, RP_PLAN_MAP = 2 };
+/* kind: RP_PLAN_IDENTITY / _REPEAT / _MAP (reprise_tools.h) */
 
 /* n_trunk: layers a plan may use; n_total: all layers in the file (the NextN /
  * MTP head layers n_trunk..n_total-1 are named in refusals). Each refusal is

@@ -777,3 +777,17 @@ rp_status rp_planfile_check(const rp_planfile *pf, const rp_model *m, const char
     rp_plan_free(p);
     return RP_OK;
 }
+
+int rp_planfile_steps(const rp_planfile *pf, char *buf, size_t size) {
+    rp_plan *p = NULL;
+    rp_status s = pf->kind == RP_PLAN_REPEAT
+                      ? rp_plan_repeat(pf->spec, pf->n_layer, pf->n_layer, &p)
+                      : rp_plan_map(pf->spec, pf->n_layer, pf->n_layer, &p);
+    if (s) {
+        if (size) buf[0] = 0;
+        return -1;
+    }
+    const int n = rp_plan_format(p, buf, size);
+    rp_plan_free(p);
+    return n;
+}

@@ -37,22 +37,10 @@ rp_status rp_canvas_write_png(const rp_canvas *c, const char *path);
 
 /* ---- the scan heatmap ---------------------------------------------------- */
 
-typedef struct rp_heatmap {
-    const rp_scan_row *rows; /* blocks scanned (delta per block) */
-    int n_rows;
-    int start, end;    /* layer range of the scan: start <= i < j <= end */
-    int max_extra;     /* 0: no limit */
-    int sign;          /* +1: a larger delta is better; -1: a smaller one */
-    const char *title; /* first line, e.g. the model and metric */
-    const char *note;  /* second line, e.g. the text, window and identity value */
-    const char *unit;  /* the legend's caption: "PPL change", "KLD", ... */
-    int n_best;        /* best blocks marked with their rank (0: none) */
-} rp_heatmap;
+/* rp_heatmap (the description of a heatmap) and rp_heatmap_write_png are
+ * public (reprise_tools.h). */
 
-/* Start layer i down, end layer j across, one cell per block coloured on a
- * diverging scale centred on zero (blue better, red worse; each side scaled
- * to its largest magnitude with a square-root ramp, the legend reads the
- * values), the best blocks outlined and numbered, the Pareto list beside. */
+/* Draws h (described in reprise_tools.h) on a new canvas. */
 rp_status rp_heatmap_draw(const rp_heatmap *h, rp_canvas *out);
 /* The colour of delta d on a scale reaching good_max on the better side and
  * bad_max on the worse side (both > 0). */

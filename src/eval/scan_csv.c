@@ -291,3 +291,25 @@ void rp_scan_pareto(const rp_scan_row *rows, int n, int sign, int max_extra, int
         }
     }
 }
+
+void rp_scan_rank(const rp_scan_row *rows, int n, int sign, int *order, int *n_order) {
+    /* selection by (sign * delta, fewer extra layers, row order): rows with
+     * the same score keep the order they came in */
+    int k = 0;
+    for (int r = 0; r < n; r++)
+        if (isfinite(rows[r].delta)) order[k++] = r;
+    for (int t = 0; t < k; t++) {
+        int b = t;
+        for (int u = t + 1; u < k; u++) {
+            const rp_scan_row *x = &rows[order[u]], *y = &rows[order[b]];
+            if (sign * x->delta > sign * y->delta ||
+                (sign * x->delta == sign * y->delta && x->extra < y->extra) ||
+                (sign * x->delta == sign * y->delta && x->extra == y->extra && order[u] < order[b]))
+                b = u;
+        }
+        const int tmp = order[t];
+        order[t] = order[b];
+        order[b] = tmp;
+    }
+    *n_order = k;
+}

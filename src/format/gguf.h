@@ -7,6 +7,7 @@
 #define RP_GGUF_H
 
 #include "reprise.h"
+#include "reprise_tools.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -14,78 +15,10 @@
 
 #define RP_GGUF_MAGIC             0x46554747u /* "GGUF" little-endian */
 #define RP_GGUF_DEFAULT_ALIGNMENT 32
-#define RP_GGUF_MAX_DIMS          4
+/* rp_gguf_type, the value / key / tensor views and the reader are public
+ * (reprise.h, reprise_tools.h); the rest of the reader and the writer are
+ * internal. */
 
-typedef enum rp_gguf_type {
-    RP_GGUF_UINT8 = 0,
-    RP_GGUF_INT8 = 1,
-    RP_GGUF_UINT16 = 2,
-    RP_GGUF_INT16 = 3,
-    RP_GGUF_UINT32 = 4,
-    RP_GGUF_INT32 = 5,
-    RP_GGUF_FLOAT32 = 6,
-    RP_GGUF_BOOL = 7,
-    RP_GGUF_STRING = 8,
-    RP_GGUF_ARRAY = 9,
-    RP_GGUF_UINT64 = 10,
-    RP_GGUF_INT64 = 11,
-    RP_GGUF_FLOAT64 = 12,
-    RP_GGUF_TYPE_COUNT = 13,
-} rp_gguf_type;
-
-const char *rp_gguf_type_name(int type);
-/* Size in bytes of a fixed-size value type; 0 for string, array or unknown. */
-size_t rp_gguf_type_size(int type);
-
-/* A decoded value. Strings are NUL-terminated copies (len excludes the NUL;
- * a string may contain NUL bytes, so use len). Arrays of fixed-size elements
- * point at the raw little-endian bytes; arrays of strings or arrays hold one
- * decoded element each in elems. */
-typedef struct rp_gguf_val {
-    uint32_t type;
-    uint64_t offset; /* byte offset of the value in the file */
-    union {
-        uint64_t u; /* UINT8..UINT64, BOOL */
-        int64_t i;  /* INT8..INT64 */
-        double f;   /* FLOAT32, FLOAT64 */
-        struct {
-            const char *s;
-            uint64_t len;
-        } str;
-        struct {
-            uint32_t type;
-            uint64_t n;
-            const uint8_t *raw;              /* fixed-size elements */
-            const struct rp_gguf_val *elems; /* string / array elements */
-        } arr;
-    };
-} rp_gguf_val;
-
-typedef struct rp_gguf_kv {
-    const char *key;
-    uint64_t offset; /* byte offset of the key in the file */
-    rp_gguf_val val;
-} rp_gguf_kv;
-
-typedef struct rp_gguf_tensor {
-    const char *name;
-    uint32_t type;                /* rp_type */
-    uint32_t n_dims;              /* 1..4 */
-    int64_t ne[RP_GGUF_MAX_DIMS]; /* ne[0] is the contiguous (row) dimension; unused = 1 */
-    uint64_t offset;              /* relative to the data section */
-    uint64_t nbytes;
-    uint64_t info_offset; /* byte offset of the tensor info in the file */
-    const void *data;     /* into the mapping */
-} rp_gguf_tensor;
-
-typedef struct rp_gguf rp_gguf;
-
-/* Map and parse a file. On failure *out is NULL and rp_last_error() names the
- * problem and its byte offset. */
-rp_status rp_gguf_open(const char *path, rp_gguf **out);
-/* Parse a buffer the caller keeps alive (fuzzing, embedded models). */
-rp_status rp_gguf_open_mem(const void *data, size_t size, rp_gguf **out);
-void rp_gguf_close(rp_gguf *g);
 /* The bytes [p, p + n) of a mapped file will not be read again (a tensor
  * whose only copy in use is a converted or re-laid-out one): the whole pages
  * inside the range leave the process's memory (MADV_DONTNEED; were they read
@@ -97,38 +30,13 @@ void rp_gguf_release(const rp_gguf *g, const void *p, uint64_t n);
  * fixed-size arrays read after this come back from the file). */
 void rp_gguf_release_header(const rp_gguf *g);
 
-uint32_t rp_gguf_version(const rp_gguf *g);
-uint64_t rp_gguf_file_size(const rp_gguf *g);
-uint64_t rp_gguf_alignment(const rp_gguf *g);
-uint64_t rp_gguf_data_offset(const rp_gguf *g); /* start of the tensor data section */
-const char *rp_gguf_path(const rp_gguf *g);     /* "" for memory buffers */
-
-uint64_t rp_gguf_n_kv(const rp_gguf *g);
-const rp_gguf_kv *rp_gguf_kv_at(const rp_gguf *g, uint64_t i);
-const rp_gguf_val *rp_gguf_get(const rp_gguf *g, const char *key);
-
-uint64_t rp_gguf_n_tensors(const rp_gguf *g);
-const rp_gguf_tensor *rp_gguf_tensor_at(const rp_gguf *g, uint64_t i);
-const rp_gguf_tensor *rp_gguf_find_tensor(const rp_gguf *g, const char *name);
-
-/* Typed getters: RP_OK, or an error naming the key when it is present with
- * another type or a value out of range; absent keys return RP_ERR_FORMAT only
- * from the _req variants, otherwise leave *out untouched and return RP_OK with
- * *found = false (found may be NULL). Integer getters accept any integer type
- * whose value fits. */
-rp_status rp_gguf_get_u32(const rp_gguf *g, const char *key, uint32_t *out, bool *found);
-rp_status rp_gguf_get_i64(const rp_gguf *g, const char *key, int64_t *out, bool *found);
-rp_status rp_gguf_get_f32(const rp_gguf *g, const char *key, float *out, bool *found);
-rp_status rp_gguf_get_bool(const rp_gguf *g, const char *key, bool *out, bool *found);
-rp_status rp_gguf_get_str(const rp_gguf *g, const char *key, const char **out, bool *found);
+/* Typed getters (rp_gguf_get_u32 ... _str are public): the _req variant
+ * returns RP_ERR_FORMAT for an absent key. */
 rp_status rp_gguf_req_u32(const rp_gguf *g, const char *key, uint32_t *out);
 /* An array value of the given element type (any integer type for
  * RP_GGUF_INT32 requests is NOT converted: the caller reads with
  * rp_gguf_arr_i64). NULL with found=false if absent. */
 rp_status rp_gguf_get_arr(const rp_gguf *g, const char *key, const rp_gguf_val **out, bool *found);
-/* Element i of an integer/float/bool array as a wide value. */
-int64_t rp_gguf_arr_i64(const rp_gguf_val *arr, uint64_t i);
-double rp_gguf_arr_f64(const rp_gguf_val *arr, uint64_t i);
 bool rp_gguf_type_is_int(int type);
 
 /* ---- writer -------------------------------------------------------------- */

@@ -43,9 +43,23 @@ stop_server() {
     else fail "exit_$name" "exit $rc: $(grep -v '^serve: [A-Z/]' "$T/$name.err" | tail -5)"; fi
 }
 
+# run_checker NAME CMD...: a python checker's "ok"/"FAIL" lines; a checker that
+# exits non-zero (a crash, the timeout) or reports nothing is a failure too
+run_checker() {
+    local name=$1 rc; shift
+    "$@" > "$T/checker.log" 2>&1
+    rc=$?
+    cat "$T/checker.log"
+    if [ "$rc" -ne 0 ]; then
+        fail "$name" "the checker exited $rc: $(grep -v '^ok ' "$T/checker.log" | tail -3)"
+    elif ! grep -q '^ok ' "$T/checker.log"; then
+        fail "$name" "the checker reported no check: $(tail -3 "$T/checker.log")"
+    fi
+}
+
 checks() { # GROUP [VAR=VALUE...]: the python checks of one group against $PORT
     local group=$1; shift
-    env "$@" SERVER_PID="$PID" timeout 300 python3 "$PYCHK" "$group" "$PORT" || true
+    run_checker "checker_$group" env "$@" SERVER_PID="$PID" timeout 300 python3 "$PYCHK" "$group" "$PORT"
 }
 
 # ---- command line -----------------------------------------------------------
@@ -85,7 +99,7 @@ if start_server B -np 1 -c 8192 --api-key "$KEY" --chat-template chatml; then
     PY="${REPRISE_PY:-$ROOT/build/venv/bin/python}"
     if [ -x "$PY" ] && "$PY" -c "import openai" 2>/dev/null; then
         want=$("$BIN" run -m "$M" -p "Once upon a time" -n 32 --temp 0 -t 1 2>/dev/null)
-        API_KEY="$KEY" WANT_GREEDY="$want" timeout 300 "$PY" "$ROOT/tests/py/openai_client.py" "$PORT" || true
+        run_checker checker_openai_client env API_KEY="$KEY" WANT_GREEDY="$want" timeout 300 "$PY" "$ROOT/tests/py/openai_client.py" "$PORT"
     else
         fail openai_client "the openai client is missing at $PY (scripts/setup.sh installs it; REPRISE_PY overrides)"
     fi
@@ -143,7 +157,9 @@ fi
 
 # ---- D, E: SIGTERM with requests in flight (running ones finish / are cut at --grace)
 if start_server D -np 2 -c 8192 --grace 60; then
-    checks sigterm SIGTERM_TOKENS=200 SIGTERM_EXPECT=finish
+    # 2000 tokens keep both slots busy for about a second (far longer under ASan) after
+    # the queued requests are seen: the SIGTERM always finds them queued
+    checks sigterm SIGTERM_TOKENS=2000 SIGTERM_EXPECT=finish
     stop_server D
 fi
 if start_server E -np 2 -c 8192 --grace 0.3; then

@@ -460,3 +460,34 @@ void test_kernels_matmul_batch_equals_single(void) {
     rp_free_aligned(cc.wbuf);
     rp_pool_free(cc.pool);
 }
+
+/* What the kernel tests cover is what this CPU runs: the levels above
+ * rp_cpu_isa_max() (and the AVX-512 split attention, the one path only that
+ * level has) go untested here, which is said on every run.
+ * REPRISE_REQUIRE_ISA=avx2|avx512 (CI on a machine that has it) turns a missing
+ * level into a failure instead of a note. */
+void test_kernels_isa_coverage(void) {
+    const rp_isa top = rp_cpu_isa_max();
+    char untested[64] = "";
+    for (int isa = (int)top + 1; isa <= (int)RP_ISA_AVX512; isa++)
+        snprintf(untested + strlen(untested), sizeof untested - strlen(untested), "%s%s",
+                 *untested ? ", " : "", rp_isa_name((rp_isa)isa));
+    if (*untested)
+        printf("     NOT TESTED on this CPU (it has %s at most): the %s kernels%s; "
+               "REPRISE_REQUIRE_ISA=%s makes this a failure\n",
+               rp_isa_name(top), untested,
+               top < RP_ISA_AVX512 ? " and the AVX-512 split attention" : "",
+               rp_isa_name(RP_ISA_AVX512));
+    else
+        printf("     tested: every level this build has (scalar, avx2, avx512)\n");
+    const char *req = getenv("REPRISE_REQUIRE_ISA");
+    if (!req || !*req) return;
+    int want = -1;
+    for (int isa = RP_ISA_SCALAR; isa <= (int)RP_ISA_AVX512; isa++)
+        if (!strcmp(req, rp_isa_name((rp_isa)isa))) want = isa;
+    REQUIRE(want >= 0, "REPRISE_REQUIRE_ISA=%s is not one of scalar, avx2, avx512", req);
+    CHECK(want <= (int)top,
+          "REPRISE_REQUIRE_ISA=%s, but this CPU has %s at most: the %s kernels "
+          "were not tested",
+          req, rp_isa_name(top), untested);
+}

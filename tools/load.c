@@ -1,0 +1,173 @@
+/* The model and context options every command that loads a model accepts,
+ * and the loading itself: the model with progress, the plan (a spec or a plan
+ * file), the context, the plan report. */
+#include "tools.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const char *const g_plan_help =
+    "layer plans (weights are shared by pointer: a repeated layer costs compute and KV, no "
+    "memory):\n"
+    "  --repeat-layers SPEC  RYS blocks: 'i,j' or 'i-j' is the half-open range [i,j) of source\n"
+    "                        layers, run a second time right after its first pass; several\n"
+    "                        blocks separated by ';' (any order, must not overlap).\n"
+    "                        '26,34' on 64 layers runs ...,25,26..33,26..33,34,...,63.\n"
+    "  --layer-map MAP       the whole sequence of source layers, comma separated; an item is a\n"
+    "                        layer 'k' or an inclusive range 'a..b' (ExLlamaV3 style):\n"
+    "                        '0..15,11..31' or '0,1,2,2,3'. Layers may repeat or be skipped.\n"
+    "  --plan FILE           a plan file (reprise plan save): its spec, applied only to the model\n"
+    "                        it was made for (architecture, layer count, content hash of the\n"
+    "                        weights); --plan-force accepts weights with another content hash.";
+
+void model_opts_init(model_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->type_k = RP_TYPE_F16;
+    o->type_v = RP_TYPE_F16;
+}
+
+const arg_opt *model_opts_table(model_opts *o, unsigned which) {
+    static arg_opt t[16];
+    const bool chunks = which & MO_CHUNKS;
+    /* each entry with the flag that selects it (0: always) */
+    const struct {
+        unsigned flag;
+        arg_opt opt;
+    } all[] = {
+        {0, {"-m|--model", ARG_STR, &o->model, "FILE", "GGUF model to load"}},
+        {0,
+         {"-c|--ctx-size", ARG_U32, &o->n_ctx, "N",
+          chunks ? "tokens per chunk (default 512, or the training context if smaller)"
+                 : "context size per sequence (0 = model's, max 4096)"}},
+        {0,
+         {"-b|--batch-size", ARG_U32, &o->n_batch, "N",
+          chunks ? "tokens per decode: max(1, N/c) chunks together (default 512)"
+                 : "tokens computed per pass (default 512)"}},
+        {0, {"-t|--threads", ARG_INT, &o->n_threads, "N", "threads (default: physical cores)"}},
+        {0,
+         {"-ctk|--cache-type-k", ARG_KVTYPE, &o->type_k, "TYPE",
+          "KV cache type for K: f32 or f16 (default f16)"}},
+        {0,
+         {"-ctv|--cache-type-v", ARG_KVTYPE, &o->type_v, "TYPE",
+          "KV cache type for V: f32 or f16 (default f16)"}},
+        {MO_SPEC,
+         {"--repeat-layers", ARG_STR, &o->repeat_layers, "SPEC",
+          "RYS plan: repeat source layers [i,j) (see below)"}},
+        {MO_SPEC,
+         {"--layer-map", ARG_STR, &o->layer_map, "MAP",
+          "explicit plan: '0..15,11..31' or '0,1,2,2,3'"}},
+        {MO_PLAN_FILE,
+         {"--plan", ARG_STR, &o->plan_file, "FILE",
+          "plan file (reprise plan save) checked against the model"}},
+        {MO_PLAN_FORCE,
+         {"--plan-force", ARG_FLAG, &o->plan_force, NULL,
+          "apply --plan to weights with another content hash"}},
+        {MO_DUMP, {"--dump-plan", ARG_FLAG, &o->dump_plan, NULL, "print the layer plan and exit"}},
+        {0, {"-q|--quiet", ARG_FLAG, &o->quiet, NULL, "only errors on stderr"}},
+    };
+    size_t k = 0;
+    for (size_t i = 0; i < ARRAY_LEN(all); i++)
+        if (!all[i].flag || (which & all[i].flag)) t[k++] = all[i].opt;
+    t[k] = (arg_opt){0};
+    return t;
+}
+
+rp_model *tool_load_model(const char *cmd, const char *path, bool vocab_only) {
+    rp_model_params mp = rp_model_default_params();
+    mp.vocab_only = vocab_only;
+    progress pr;
+    progress_init(&pr, "loading");
+    if (!vocab_only) {
+        mp.progress = progress_cb;
+        mp.progress_user = &pr;
+    }
+    rp_model *m = NULL;
+    rp_status s = rp_model_load(path, &mp, &m);
+    progress_done(&pr);
+    if (s) tool_fail(cmd, s);
+    return m;
+}
+
+rp_context_params model_opts_context(const model_opts *o, uint32_t n_seq) {
+    rp_context_params cp = rp_context_default_params();
+    cp.n_ctx = o->n_ctx;
+    cp.n_batch = o->n_batch;
+    cp.n_seq_max = n_seq;
+    cp.n_threads = o->n_threads;
+    cp.type_k = o->type_k;
+    cp.type_v = o->type_v;
+    cp.repeat_layers = o->repeat_layers;
+    cp.layer_map = o->layer_map;
+    cp.keep_hidden = o->keep_hidden;
+    return cp;
+}
+
+/* The checks of the plan options that need no model. */
+static bool plan_opts_check(const char *cmd, const model_opts *o) {
+    if (o->repeat_layers && o->layer_map) {
+        tool_error(cmd, "--repeat-layers and --layer-map are alternatives; give one");
+        return false;
+    }
+    if (o->plan_file && (o->repeat_layers || o->layer_map)) {
+        tool_error(cmd, "--plan and %s are alternatives; give one",
+                   o->repeat_layers ? "--repeat-layers" : "--layer-map");
+        return false;
+    }
+    return true;
+}
+
+/* The context of o over model m (its plan resolved). */
+static rp_context *context_new(const char *cmd, const model_opts *o, const rp_model *m,
+                               uint32_t n_seq) {
+    rp_context_params cp = model_opts_context(o, n_seq);
+    rp_planfile *pf = NULL;
+    if (!tool_plan_resolve(cmd, o, m, &pf, &cp.repeat_layers, &cp.layer_map)) return NULL;
+    rp_context *ctx = NULL;
+    rp_status s = rp_context_new(m, &cp, &ctx);
+    rp_planfile_free(pf);
+    if (s) tool_fail(cmd, s);
+    return ctx;
+}
+
+bool tool_load(const char *cmd, const model_opts *o, uint32_t n_seq, rp_model **model,
+               rp_context **ctx, int *exit_code) {
+    *model = NULL;
+    *ctx = NULL;
+    *exit_code = 1;
+    if (o->quiet) g_verbosity = 0;
+    if (!o->model) {
+        tool_error(cmd, "no model given (-m FILE)");
+        return false;
+    }
+    if (!plan_opts_check(cmd, o) || !(*model = tool_load_model(cmd, o->model, false))) return false;
+    if (!(*ctx = context_new(cmd, o, *model, n_seq))) {
+        rp_model_free(*model);
+        *model = NULL;
+        return false;
+    }
+    if (o->dump_plan) {
+        tool_print_plan(stdout, *ctx);
+        rp_context_free(*ctx);
+        rp_model_free(*model);
+        *ctx = NULL;
+        *model = NULL;
+        *exit_code = 0;
+        return false;
+    }
+    if (g_verbosity > 0) {
+        char desc[256];
+        rp_model_desc(*model, desc, sizeof desc);
+        fprintf(stderr, "model: %s\n", desc);
+        tool_print_plan(stderr, *ctx);
+    }
+    return true;
+}
+
+void tool_print_plan(FILE *fp, const rp_context *ctx) {
+    int n = rp_context_plan_report(ctx, NULL, 0);
+    char *buf = malloc((size_t)n + 1);
+    if (!buf) return;
+    rp_context_plan_report(ctx, buf, (size_t)n + 1);
+    fputs(buf, fp);
+    free(buf);
+}

@@ -1,0 +1,132 @@
+/* reprise serve: the inference engine (serve_engine.c) and what the HTTP
+ * front (serve.c, serve_api.c) hands it.
+ *
+ * A model entry is (name, context with its plan); its slots are the context's
+ * sequences. One engine thread owns every context and runs continuous
+ * batching: each step gathers one token from every generating slot and prompt
+ * chunks of newly admitted requests into one batch per entry, decodes, samples
+ * per slot and publishes text to the waiting connection handlers. Handlers
+ * only submit tasks, wait on them and read their published text. */
+#ifndef RP_SERVE_ENGINE_H
+#define RP_SERVE_ENGINE_H
+
+#include "tools.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define SRV_MAX_STOP     16  /* stop strings per request */
+#define SRV_MAX_STOP_LEN 256 /* bytes per stop string */
+#define SRV_MAX_PLANS    32  /* --plan entries besides the model itself */
+#define SRV_MIN(a, b)    ((a) < (b) ? (a) : (b))
+
+/* One servable model: a name clients put in "model", a context with its plan,
+ * and the slots (sequences) of that context. Several entries may share one
+ * rp_model (the weights are mapped once). */
+typedef struct srv_entry {
+    char *name;
+    rp_context *ctx;
+    int n_slot;
+    uint32_t n_ctx;
+    const char *plan_kind;   /* "identity", "repeat-layers", "layer-map" */
+    const char *plan_spec;   /* as given, or "" */
+    const char *plan_file;   /* the plan file it came from, or NULL */
+    const char *plan_name;   /* that file's plan name, or NULL */
+    const char *description; /* that file's description, or "" */
+    bool plan_forced;        /* --plan-force accepted weights with another content hash */
+    rp_spec *spec;           /* speculative decoding over ctx, or NULL */
+    struct srv_slot *slots;  /* engine-private */
+} srv_entry;
+
+typedef enum srv_finish {
+    SRV_FIN_NONE = 0, /* still running */
+    SRV_FIN_EOG,      /* the model ended its text */
+    SRV_FIN_WORD,     /* a stop string matched */
+    SRV_FIN_LIMIT,    /* max_tokens reached */
+    SRV_FIN_CONTEXT,  /* the slot's context is full */
+    SRV_FIN_ERROR,    /* failed: err_http / err_msg say why */
+} srv_finish;
+
+/* A generation request. The submitter fills the first block and hands the
+ * task to srv_submit; from then on the rest is read and written under the
+ * engine lock only. Reference counted: the engine holds one while the task is
+ * queued or running, the handler one until it lets go (srv_release). */
+typedef struct srv_task {
+    /* set before submit, immutable afterwards */
+    int entry;
+    int32_t *prompt; /* [n_prompt] owned */
+    int n_prompt;
+    rp_sampler_params sp;
+    int n_predict;            /* -1: until end of text or full context */
+    char *stop[SRV_MAX_STOP]; /* owned */
+    int n_stop;
+    double t_submit, deadline; /* now_s(); deadline 0 = none */
+    /* shared, under the engine lock */
+    int refs;
+    bool cancel;  /* the handler gave up (client gone, timeout) */
+    bool started; /* holds a slot */
+    bool done;    /* finish is final; out is complete */
+    srv_finish finish;
+    int stop_index; /* which stop string matched (SRV_FIN_WORD) */
+    int err_http;   /* SRV_FIN_ERROR: HTTP status for the error */
+    const char *err_type, *err_code;
+    char err_msg[256];
+    tbuf out;    /* generated text published so far; always valid UTF-8 */
+    tbuf tokens; /* int32_t ids of the generated tokens (the end-of-text token not included) */
+    tbuf marks;  /* size_t: end offset in out of each publish that added text (one per streamed
+                      chunk) */
+    int n_gen;   /* tokens generated (the end-of-text token not counted) */
+    int n_drafted, n_accepted;       /* speculative decoding: drafted tokens verified, and kept */
+    double t_start, t_prompt, t_end; /* slot taken, prompt decoded, finished */
+    pthread_cond_t cv;               /* broadcast on every change */
+    struct srv_task *next;           /* queue link */
+} srv_task;
+
+typedef struct srv_engine srv_engine;
+
+/* Creates the engine over entries (not owned; they must outlive it) with a
+ * prompt budget of n_batch tokens per step, and starts its thread. NULL on
+ * failure, with the reason in err. */
+srv_engine *srv_engine_start(srv_entry *entries, int n_entries, int n_batch, char *err,
+                             size_t err_size);
+/* Stop taking work: queued tasks fail with 503 at once, running ones get
+ * until now + grace seconds to finish, then fail with 503. Returns when the
+ * engine thread has exited. Then srv_engine_free. */
+void srv_engine_stop(srv_engine *e, double grace);
+/* The first half of srv_engine_stop, which does not wait: from now on no
+ * queued task is admitted (each fails with 503 at the engine's next step). A
+ * later srv_engine_stop keeps this grace. */
+void srv_engine_drain(srv_engine *e, double grace);
+void srv_engine_free(srv_engine *e);
+
+/* A task with refs = 1 for the caller (prompt and stop strings are taken over
+ * by the task). NULL on allocation failure. */
+srv_task *srv_task_new(void);
+/* Queues a task; false when the engine is stopping (the task is untouched).
+ * On success the engine holds its own reference. */
+bool srv_submit(srv_engine *e, srv_task *t);
+/* The handler's side is done with t: if it is not finished it is cancelled
+ * (its slot is freed at the next step). Drops the caller's reference. */
+void srv_release(srv_engine *e, srv_task *t);
+
+void srv_lock(srv_engine *e);
+void srv_unlock(srv_engine *e);
+/* Under the lock: wait until t has more than `have` bytes of text, is done,
+ * or `until` (now_s clock) passes. */
+void srv_wait_locked(srv_engine *e, srv_task *t, size_t have, double until);
+/* Under the lock: cancel t (client gone or timed out) and wake the engine. */
+void srv_cancel_locked(srv_engine *e, srv_task *t);
+
+/* Slots in use and requests waiting, over all entries (takes the lock). */
+void srv_engine_counts(srv_engine *e, int *busy, int *queued);
+
+/* ---- text helpers (serve_engine.c) ---------------------------------------- */
+
+/* Appends s[0..n) to b with every invalid UTF-8 sequence replaced by U+FFFD. */
+bool utf8_append_valid(tbuf *b, const char *s, size_t n);
+/* Bytes at the end of s[0..n) that start a UTF-8 sequence still missing its
+ * continuation bytes (0..3). */
+size_t utf8_incomplete_tail(const char *s, size_t n);
+
+#endif
