@@ -45,6 +45,10 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
+# Vulkan backend (issue 23): adds its objects to LIB_OBJ when libvulkan-dev and
+# glslc are installed; sets VK_FORMAT (its sources, for make format).
+include src/backend/vulkan/vulkan.mk
+
 LIB      := $(BUILD)/libreprise.a
 BIN      := $(BUILD)/reprise
 TESTBIN  := $(BUILD)/test-unit
@@ -106,10 +110,10 @@ bench: all
 	@for s in bench/*.sh; do echo "== $$s"; $$s || exit 1; done
 
 format:
-	clang-format -i $(LIB_SRC) $(TOOL_SRC) $(TEST_SRC) $(wildcard include/*.h src/*.h src/*/*.h tools/*.h tests/*.h tests/unit/*.h tests/fuzz/*.c)
+	clang-format -i $(LIB_SRC) $(VK_FORMAT) $(TOOL_SRC) $(TEST_SRC) $(wildcard include/*.h src/*.h src/*/*.h tools/*.h tests/*.h tests/unit/*.h tests/fuzz/*.c)
 
 format-check:
-	@clang-format --dry-run -Werror $(LIB_SRC) $(TOOL_SRC) $(TEST_SRC) $(wildcard include/*.h src/*.h src/*/*.h tools/*.h)
+	@clang-format --dry-run -Werror $(LIB_SRC) $(VK_FORMAT) $(TOOL_SRC) $(TEST_SRC) $(wildcard include/*.h src/*.h src/*/*.h tools/*.h)
 
 clean:
 	rm -rf build build-san build-fuzz
