@@ -161,6 +161,13 @@ typedef struct vk_arena {
     VkDeviceSize block; /* bytes of a normal block */
 } vk_arena;
 
+/* a buffer range accessed since the last barrier */
+typedef struct vk_access {
+    VkBuffer buf;
+    VkDeviceSize lo, hi;
+    bool write;
+} vk_access;
+
 typedef struct vk_pipe {
     int shader;
     uint32_t spec[4];
@@ -226,7 +233,9 @@ typedef struct vk_be {
     VkCommandBuffer cb, cb_now; /* the batch's; immediate uploads' */
     VkFence fence, fence_now;
     bool recording;
-    bool dirty; /* commands since the last barrier */
+    bool dirty;         /* commands since the last barrier */
+    vk_access acc[256]; /* what they access: a barrier goes in only on a hazard */
+    int n_acc;
     vk_pending *pending;
     int n_pending, cap_pending;
     /* the last small uploads, reused while equal (positions of every step) */
@@ -259,13 +268,17 @@ VkDeviceSize vk_window_max(const vk_be *v);
 void vk_latch(vk_be *v, rp_status s);
 /* Starts recording if needed; false when a failure is latched. */
 bool vk_begin(vk_be *v);
-/* A full memory barrier between what was recorded and what follows. */
+/* A full memory barrier between what was recorded and what follows. Dispatches
+ * and copies put one in themselves when they read what was written since the
+ * last one, or write what was read or written (by binding ranges). */
 void vk_barrier(vk_be *v);
 /* Records a dispatch of shader `shader` with spec constants spec[0..n_spec)
- * (spec[0] is the workgroup size), binds b[0..nb) to bindings 0.. and pushes
- * push_bytes of push constants. */
+ * (spec[0] is the workgroup size), binds b[0..nb) to bindings 0.. (bit i of
+ * writes: the shader writes binding i) and pushes push_bytes of push
+ * constants. */
 void vk_dispatch(vk_be *v, int shader, const uint32_t *spec, int n_spec, const vk_bind *b, int nb,
-                 const void *push, size_t push_bytes, uint32_t gx, uint32_t gy, uint32_t gz);
+                 uint32_t writes, const void *push, size_t push_bytes, uint32_t gx, uint32_t gy,
+                 uint32_t gz);
 void vk_copy(vk_be *v, VkBuffer src, VkBuffer dst, const VkBufferCopy *regions, uint32_t n);
 
 /* Host bytes copied now into the batch's upload arena: the window over them

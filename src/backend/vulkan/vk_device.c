@@ -652,6 +652,7 @@ bool vk_begin(vk_be *v) {
     }
     v->recording = true;
     v->dirty = false;
+    v->n_acc = 0;
     return true;
 }
 
@@ -666,6 +667,21 @@ void vk_barrier(vk_be *v) {
         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
     v->f.vkCmdPipelineBarrier(v->cb, st, st, 0, 1, &mb, 0, NULL, 0, NULL);
     v->dirty = false;
+    v->n_acc = 0;
+}
+
+/* whether [lo, hi) of buf conflicts with an access since the last barrier */
+static bool conflicts(const vk_be *v, VkBuffer buf, VkDeviceSize lo, VkDeviceSize hi, bool write) {
+    for (int i = 0; i < v->n_acc; i++) {
+        const vk_access *a = &v->acc[i];
+        if (a->buf == buf && lo < a->hi && a->lo < hi && (write || a->write)) return true;
+    }
+    return false;
+}
+
+static void record_access(vk_be *v, VkBuffer buf, VkDeviceSize lo, VkDeviceSize hi, bool write) {
+    if (v->n_acc == (int)RP_ARRAY_LEN(v->acc)) vk_barrier(v);
+    v->acc[v->n_acc++] = (vk_access){buf, lo, hi, write};
 }
 
 static VkPipeline get_pipeline(vk_be *v, int shader, const uint32_t *spec, int n_spec) {
@@ -766,7 +782,8 @@ static VkDescriptorSet alloc_set(vk_be *v) {
 }
 
 void vk_dispatch(vk_be *v, int shader, const uint32_t *spec, int n_spec, const vk_bind *b, int nb,
-                 const void *push, size_t push_bytes, uint32_t gx, uint32_t gy, uint32_t gz) {
+                 uint32_t writes, const void *push, size_t push_bytes, uint32_t gx, uint32_t gy,
+                 uint32_t gz) {
     if (!vk_begin(v)) return;
     if (shader < 0) {
         vk_latch(v, rp_fail(RP_ERR_INTERNAL, "vulkan: a kernel is missing from this build"));
@@ -802,6 +819,14 @@ void vk_dispatch(vk_be *v, int shader, const uint32_t *spec, int n_spec, const v
                                       .pBufferInfo = &bi[i]};
     }
     v->f.vkUpdateDescriptorSets(v->dev, VK_NB, w, 0, NULL);
+    /* a barrier first when this dispatch conflicts with what came since the last */
+    bool hazard = false;
+    for (int i = 0; i < nb && !hazard; i++)
+        hazard =
+            b[i].buf && conflicts(v, b[i].buf, b[i].off, b[i].off + b[i].range, writes >> i & 1u);
+    if (hazard) vk_barrier(v);
+    for (int i = 0; i < nb; i++)
+        if (b[i].buf) record_access(v, b[i].buf, b[i].off, b[i].off + b[i].range, writes >> i & 1u);
     v->f.vkCmdBindPipeline(v->cb, VK_PIPELINE_BIND_POINT_COMPUTE, p);
     v->f.vkCmdBindDescriptorSets(v->cb, VK_PIPELINE_BIND_POINT_COMPUTE, v->layout, 0, 1, &set, 0,
                                  NULL);
@@ -814,6 +839,16 @@ void vk_dispatch(vk_be *v, int shader, const uint32_t *spec, int n_spec, const v
 
 void vk_copy(vk_be *v, VkBuffer src, VkBuffer dst, const VkBufferCopy *regions, uint32_t n) {
     if (!vk_begin(v) || !n) return;
+    bool hazard = false;
+    for (uint32_t i = 0; i < n && !hazard; i++)
+        hazard =
+            conflicts(v, dst, regions[i].dstOffset, regions[i].dstOffset + regions[i].size, true) ||
+            conflicts(v, src, regions[i].srcOffset, regions[i].srcOffset + regions[i].size, false);
+    if (hazard) vk_barrier(v);
+    for (uint32_t i = 0; i < n; i++) {
+        record_access(v, dst, regions[i].dstOffset, regions[i].dstOffset + regions[i].size, true);
+        record_access(v, src, regions[i].srcOffset, regions[i].srcOffset + regions[i].size, false);
+    }
     v->f.vkCmdCopyBuffer(v->cb, src, dst, n, regions);
     v->dirty = true;
 }
@@ -1033,6 +1068,7 @@ static void batch_reset(vk_be *v) {
     memset(v->recent, 0, sizeof v->recent);
     v->recording = false;
     v->dirty = false;
+    v->n_acc = 0;
 }
 
 rp_status vk_sync(vk_be *v) {

@@ -1,5 +1,6 @@
 /* The Vulkan backend's ops: each records dispatches into the micro-batch's
- * command buffer (vk_device.c), behind one memory barrier per op.
+ * command buffer (vk_device.c), which puts a memory barrier before a
+ * dispatch or copy only where it conflicts with what came since the last.
  *
  * Bindings: a storage binding may not exceed the device's
  * maxStorageBufferRange (128 MiB on lavapipe), so every op binds windows of
@@ -54,10 +55,10 @@ static int tok_chunk(const vk_be *v, size_t stride_elems, int n) {
     return (int)RP_MIN((size_t)n, c);
 }
 
+/* ops need no barrier of their own: dispatches and copies put one in on a
+ * hazard */
 static bool op_begin(vk_be *v) {
-    if (!vk_begin(v)) return false;
-    vk_barrier(v);
-    return true;
+    return vk_begin(v);
 }
 
 static vk_weight *weight_of(vk_be *v, const rp_tensor *t) {
@@ -265,7 +266,6 @@ static void vk_copy_op(rp_backend *be, rp_bx dst, rp_bx src, size_t bytes) {
     if (!t) return;
     VkBufferCopy c1 = {s0, t->a.off, bytes}, c2 = {t->a.off, d0, bytes};
     vk_copy(v, sa->chunk->buf, t->a.chunk->buf, &c1, 1);
-    vk_barrier(v);
     vk_copy(v, t->a.chunk->buf, da->chunk->buf, &c2, 1);
     disp(v, RP_BOP_TRANSFER);
 }
@@ -317,7 +317,6 @@ static void vk_gather(rp_backend *be, rp_bx dst, rp_bx src, const int32_t *rows,
     vk_copy(v, sa->chunk->buf, mid, c, nc);
     disp(v, RP_BOP_TRANSFER);
     if (same) {
-        vk_barrier(v);
         VkBufferCopy back = {t->a.off, da->off + dst.off, (size_t)n * rb};
         vk_copy(v, t->a.chunk->buf, da->chunk->buf, &back, 1);
         disp(v, RP_BOP_TRANSFER);
@@ -360,7 +359,7 @@ static void vk_get_rows(rp_backend *be, rp_bx dst, const rp_tensor *t, const int
                                   b[0].shift,       (uint32_t)(p->row0 + r0),
                                   (uint32_t)nr,     ib.shift / 4 + (uint32_t)t0,
                                   b[2].shift / 4,   (uint32_t)nt};
-                vk_dispatch(v, v->sh.get_rows[w->type], spec, 1, b, 3, &pc, sizeof pc,
+                vk_dispatch(v, v->sh.get_rows[w->type], spec, 1, b, 3, 1u << 2, &pc, sizeof pc,
                             (units + WG - 1) / WG, (uint32_t)nt, 1);
                 disp(v, RP_BOP_GET_ROWS);
             }
@@ -431,7 +430,7 @@ static void norm_rows(vk_be *v, bool layer, rp_bx y, int y_stride, rp_bx x, int 
                       eps,
                       (uint32_t)(nt * rpt),
                       (uint32_t)xr0};
-        vk_dispatch(v, shader, spec, 1, bd, 5, &pc, sizeof pc, (uint32_t)(nt * rpt), 1, 1);
+        vk_dispatch(v, shader, spec, 1, bd, 5, 1u << 1, &pc, sizeof pc, (uint32_t)(nt * rpt), 1, 1);
         disp(v, RP_BOP_NORM);
         t0 += nt;
     }
@@ -491,8 +490,8 @@ static vk_buf *quantize_act(vk_be *v, int vdt, rp_bx x, int64_t ne0, int n_tok) 
         b[1] = vk_window(v, &q->a, (size_t)t0 * xs * 4, (size_t)(t0 + nt) * xs * 4);
         pc_quant pc = {(uint32_t)ne0, (uint32_t)nt,   b[0].shift / 4,
                        (uint32_t)ne0, b[1].shift / 4, (uint32_t)xs};
-        vk_dispatch(v, shader, spec, 1, b, 2, &pc, sizeof pc, (nblk + WG - 1) / WG, (uint32_t)nt,
-                    1);
+        vk_dispatch(v, shader, spec, 1, b, 2, 1u << 1, &pc, sizeof pc, (nblk + WG - 1) / WG,
+                    (uint32_t)nt, 1);
         disp(v, RP_BOP_MATMUL);
     }
     return q;
@@ -533,8 +532,8 @@ static void mm_dispatch(vk_be *v, const vk_weight *w, const vk_alloc *xa, size_t
                             b[2].shift / 4 + (uint32_t)(p->row0 + r0),
                             (uint32_t)ldy,
                             (uint32_t)nt};
-                vk_dispatch(v, shader, mv ? spec_mv : spec_mm, mv ? 3 : 1, b, 3, &pc, sizeof pc,
-                            (uint32_t)((nr + rows_wg - 1) / rows_wg),
+                vk_dispatch(v, shader, mv ? spec_mv : spec_mm, mv ? 3 : 1, b, 3, 1u << 2, &pc,
+                            sizeof pc, (uint32_t)((nr + rows_wg - 1) / rows_wg),
                             (uint32_t)((nt + toks_wg - 1) / toks_wg), 1);
                 disp(v, RP_BOP_MATMUL);
             }
@@ -554,12 +553,10 @@ static void matmul_rec(vk_be *v, int n, const rp_tensor *const *t, const rp_bx *
         const vk_alloc *xa = BA(x);
         size_t x0 = x.off;
         if (vdt != RP_TYPE_F32) {
-            vk_barrier(v); /* the scratch may still be read by the previous group */
             vk_buf *q = quantize_act(v, vdt, x, w[i]->ne0, n_tok);
             if (!q) return;
             xa = &q->a;
             x0 = 0;
-            vk_barrier(v);
         }
         for (int j = i; j < n; j++)
             if (!done[j] && rp_type_get(w[j]->type)->vec_dot_type == vdt) {
@@ -610,7 +607,7 @@ static void vk_rope(rp_backend *be, rp_bx x, int n_tok, int stride, int n_head, 
         b[1] = XW(v, cs, (size_t)t0 * (size_t)n_rot * 4, (size_t)(t0 + nt) * (size_t)n_rot * 4);
         pc_rope pc = {(uint32_t)nt,    (uint32_t)stride,      (uint32_t)n_head, (uint32_t)head_dim,
                       (uint32_t)n_rot, style == RP_ROPE_NEOX, b[0].shift / 4,   b[1].shift / 4};
-        vk_dispatch(v, v->sh.rope, spec, 1, b, 2, &pc, sizeof pc, (pairs + WG - 1) / WG,
+        vk_dispatch(v, v->sh.rope, spec, 1, b, 2, 1u << 0, &pc, sizeof pc, (pairs + WG - 1) / WG,
                     (uint32_t)nt, 1);
         disp(v, RP_BOP_ROPE);
     }
@@ -723,8 +720,8 @@ static void vk_kv_write(rp_backend *be, rp_bkv *bkv, int n_tok, const int32_t *p
                                       (uint32_t)h0};
                     const uint32_t pairs =
                         (uint32_t)(nh * RP_MAX(d->head_dim_k, d->head_dim_v) / 2 + 1);
-                    vk_dispatch(v, v->sh.kv_write, spec, 1, bd, 6, &pc, sizeof pc,
-                                (pairs + WG - 1) / WG, (uint32_t)(b - a), 1);
+                    vk_dispatch(v, v->sh.kv_write, spec, 1, bd, 6, (1u << 2) | (1u << 3), &pc,
+                                sizeof pc, (pairs + WG - 1) / WG, (uint32_t)(b - a), 1);
                     disp(v, RP_BOP_KV_WRITE);
                 }
                 a = b;
@@ -796,8 +793,8 @@ static void vk_attention(rp_backend *be, const rp_battn *a) {
                                   bl.shift / 4 + (uint32_t)i,
                                   bp.shift / 4,
                                   (uint32_t)t_lo};
-                    vk_dispatch(v, shader, spec, 1, bd, 6, &pc, sizeof pc, (uint32_t)(j - i),
-                                (uint32_t)(ng * group), 1);
+                    vk_dispatch(v, shader, spec, 1, bd, 6, 1u << 1, &pc, sizeof pc,
+                                (uint32_t)(j - i), (uint32_t)(ng * group), 1);
                     disp(v, RP_BOP_ATTN);
                 }
                 i = j;
@@ -843,7 +840,8 @@ static void eltwise(vk_be *v, uint32_t op, rp_bx y, const rp_bx *xb, const vk_al
                     width > 0 ? (uint32_t)(i0 % (size_t)width) : 0,
                     s};
         const size_t groups = (cn + (size_t)WG * 4 - 1) / ((size_t)WG * 4);
-        vk_dispatch(v, v->sh.eltwise, spec, 1, b, 2, &pc, sizeof pc, (uint32_t)groups, 1, 1);
+        vk_dispatch(v, v->sh.eltwise, spec, 1, b, 2, 1u << 0, &pc, sizeof pc, (uint32_t)groups, 1,
+                    1);
         disp(v, RP_BOP_ELTWISE);
     }
 }
@@ -910,13 +908,9 @@ static void vk_output(rp_backend *be, const rp_bout *o) {
     vk_buf *lg = vk_scratch(v, VK_SCR_LOGITS, (size_t)o->n_out * nv * 4);
     if (!lg) return;
     rp_bx y = {&lg->base, 0};
-    vk_barrier(v);
     matmul_rec(v, 1, &o->w, &y, o->tmp, o->n_out);
-    if (o->softcap > 0) {
-        vk_barrier(v);
+    if (o->softcap > 0)
         eltwise(v, EW_SOFTCAP, y, NULL, NULL, 0, o->softcap, (int)((size_t)o->n_out * nv));
-    }
-    vk_barrier(v);
     vk_alloc a;
     if (!vk_download(v, o->logits, (size_t)o->n_out * nv * 4, &a)) return;
     VkBufferCopy c = {lg->a.off, a.off, (size_t)o->n_out * nv * 4};
