@@ -45,6 +45,10 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
+# Vulkan backend (issue 23): adds its objects to LIB_OBJ when libvulkan-dev and
+# glslc are installed; sets VK_FORMAT (its sources, for make format).
+include src/backend/vulkan/vulkan.mk
+
 LIB      := $(BUILD)/libreprise.a
 BIN      := $(BUILD)/reprise
 TESTBIN  := $(BUILD)/test-unit
@@ -106,7 +110,7 @@ bench: all
 	@for s in bench/*.sh; do echo "== $$s"; $$s || exit 1; done
 
 # every C source and header: what `make format` rewrites is what format-check checks
-FORMAT_SRC = $(LIB_SRC) $(TOOL_SRC) $(TEST_SRC) \
+FORMAT_SRC = $(LIB_SRC) $(VK_FORMAT) $(TOOL_SRC) $(TEST_SRC) \
              $(wildcard include/*.h src/*.h src/*/*.h tools/*.h tests/*.h tests/unit/*.h tests/fuzz/*.c)
 
 format:

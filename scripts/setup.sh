@@ -16,6 +16,9 @@ DEBS=(
     python3 python3-venv  # the openai client test of the server
     clang                 # libFuzzer targets (make fuzz)
     clang-format          # make format, make format-check (CI)
+    # Vulkan backend (issue 23): headers and loader, the shader compiler, and
+    # Mesa's lavapipe (a Vulkan device on the CPU) that make test runs it on
+    libvulkan-dev glslc mesa-vulkan-drivers
     curl
 )
 
