@@ -1,9 +1,7 @@
 /* The calls a forward makes: each is counted (calls and the bytes the op
  * must read, the same estimate on every backend) and forwarded to the
- * backend's table; opening and listing backends by name. */
+ * backend's table (opening and listing backends by name: registry.c). */
 #include "backend/backend.h"
-#include "backend/backend_impl.h"
-#include "backend/backend_vk.h"
 #include "base/util.h"
 #include "kernels/types.h"
 
@@ -30,45 +28,6 @@ size_t rp_bkv_seq_bytes(const rp_bkv_desc *d, bool v) {
     const int type = v ? d->type_v : d->type_k;
     const size_t es = type == RP_TYPE_F16 ? 2 : 4;
     return (size_t)d->n_head_kv * (size_t)d->cap * (size_t)(v ? d->head_dim_v : d->head_dim_k) * es;
-}
-
-/* ---- listing and opening ---------------------------------------------------- */
-
-rp_status rp_backend_list(rp_backend_dev *devs, int cap, int *n, char *note, size_t note_size) {
-    *n = 0;
-    if (note && note_size) note[0] = 0;
-    if (cap < 1) return rp_fail(RP_ERR_INVALID_ARG, "backend list: no room for any device");
-    memset(&devs[0], 0, sizeof devs[0]);
-    snprintf(devs[0].name, sizeof devs[0].name, "cpu");
-    snprintf(devs[0].desc, sizeof devs[0].desc, "host CPU (%d physical cores)",
-             rp_n_physical_cores());
-    *n = 1;
-    int nv = 0;
-    rp_status s = rp_backend_vk_list(devs + 1, cap - 1, &nv);
-    if (s) {
-        if (note && note_size) snprintf(note, note_size, "%s", rp_last_error());
-        rp_clear_error();
-        return RP_OK;
-    }
-    *n += nv;
-    return RP_OK;
-}
-
-rp_status rp_backend_open(const char *name, const rp_backend_params *p, rp_backend **out) {
-    *out = NULL;
-    if (!name || !strcmp(name, "cpu")) return rp_backend_cpu_new(p, out);
-    if (!strncmp(name, "vulkan", 6)) {
-        const char *d = name + 6;
-        char *end = NULL;
-        long idx = *d ? strtol(d, &end, 10) : 0;
-        if ((*d && (!end || *end)) || idx < 0 || idx >= RP_BACKEND_MAX_DEVICES)
-            return rp_fail(RP_ERR_INVALID_ARG,
-                           "device '%s': expected vulkanN with N a device index (see "
-                           "--list-devices)",
-                           name);
-        return rp_backend_vk_new((int)idx, p, out);
-    }
-    return rp_fail(RP_ERR_INVALID_ARG, "device '%s': unknown (expected cpu or vulkanN)", name);
 }
 
 void rp_backend_free(rp_backend *be) {
@@ -357,94 +316,3 @@ int rp_be_stats_report(const rp_backend *be, int n_tok, char *buf, size_t size) 
 }
 
 /* ---- a build without Vulkan ------------------------------------------------------ */
-
-#ifndef RP_HAVE_VULKAN
-#define NO_VULKAN                                                                                  \
-    "reprise was built without Vulkan (install libvulkan-dev glslc, then rebuild; to run on "      \
-    "the CPU with Mesa's lavapipe also install mesa-vulkan-drivers)"
-
-bool rp_backend_vk_built(void) {
-    return false;
-}
-
-rp_status rp_backend_vk_list(rp_backend_dev *devs, int cap, int *n) {
-    (void)devs;
-    (void)cap;
-    *n = 0;
-    return rp_fail(RP_ERR_UNSUPPORTED, NO_VULKAN);
-}
-
-rp_status rp_backend_vk_new(int index, const rp_backend_params *p, rp_backend **out) {
-    (void)p;
-    *out = NULL;
-    return rp_fail(RP_ERR_UNSUPPORTED, "device vulkan%d: " NO_VULKAN, index);
-}
-#endif
-
-/* ---- pointer map ------------------------------------------------------------------ */
-
-static size_t ptr_hash(const void *p, size_t cap) {
-    uint64_t x = (uint64_t)(uintptr_t)p;
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    return (size_t)x & (cap - 1);
-}
-
-void *rp_ptrmap_get(const rp_ptrmap *m, const void *key) {
-    if (!m->cap) return NULL;
-    for (size_t i = ptr_hash(key, m->cap);; i = (i + 1) & (m->cap - 1)) {
-        if (!m->keys[i]) return NULL;
-        if (m->keys[i] == key) return m->vals[i];
-    }
-}
-
-rp_status rp_ptrmap_put(rp_ptrmap *m, const void *key, void *val) {
-    RP_ASSERT(key && val);
-    if ((m->n + 1) * 2 > m->cap) {
-        rp_ptrmap g = {0};
-        g.cap = m->cap ? m->cap * 2 : 64;
-        g.keys = rp_calloc(g.cap, sizeof *g.keys, "pointer map");
-        g.vals = rp_calloc(g.cap, sizeof *g.vals, "pointer map");
-        if (!g.keys || !g.vals) {
-            free(g.keys);
-            free(g.vals);
-            return RP_ERR_NOMEM;
-        }
-        for (size_t i = 0; i < m->cap; i++)
-            if (m->keys[i]) RP_ASSERT(!rp_ptrmap_put(&g, m->keys[i], m->vals[i]));
-        rp_ptrmap_free(m);
-        *m = g;
-    }
-    size_t i = ptr_hash(key, m->cap);
-    while (m->keys[i] && m->keys[i] != key) i = (i + 1) & (m->cap - 1);
-    if (!m->keys[i]) m->n++;
-    m->keys[i] = key;
-    m->vals[i] = val;
-    return RP_OK;
-}
-
-void *rp_ptrmap_del(rp_ptrmap *m, const void *key) {
-    if (!m->cap) return NULL;
-    size_t i = ptr_hash(key, m->cap);
-    while (m->keys[i] && m->keys[i] != key) i = (i + 1) & (m->cap - 1);
-    if (!m->keys[i]) return NULL;
-    void *val = m->vals[i];
-    m->keys[i] = NULL;
-    m->n--;
-    /* re-insert the rest of the cluster so probes still find it */
-    for (size_t j = (i + 1) & (m->cap - 1); m->keys[j]; j = (j + 1) & (m->cap - 1)) {
-        const void *k = m->keys[j];
-        void *v = m->vals[j];
-        m->keys[j] = NULL;
-        m->n--;
-        RP_ASSERT(!rp_ptrmap_put(m, k, v));
-    }
-    return val;
-}
-
-void rp_ptrmap_free(rp_ptrmap *m) {
-    free(m->keys);
-    free(m->vals);
-    memset(m, 0, sizeof *m);
-}

@@ -6,7 +6,7 @@
  * are the model's own tensors (file mapping or packed copies): upload only
  * records them for the memory counters. */
 #include "backend/backend.h"
-#include "backend/backend_impl.h"
+#include "base/ptrmap.h"
 #include "base/util.h"
 #include "kernels/types.h"
 

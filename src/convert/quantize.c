@@ -5,6 +5,7 @@
  * tensors are converted one at a time at write time, rows spread over the
  * threads; the output is written to a temporary file and renamed. */
 #include "base/threads.h"
+#include "arch/tensors.h"
 #include "base/util.h"
 #include "core/planfile.h"
 #include "format/gguf.h"
@@ -114,10 +115,9 @@ typedef enum quant_cat {
     C_FFN_DOWN
 } quant_cat;
 
-/* The quantization category of a tensor, by its name (llama.cpp's name
- * rules). The one place that reads tensor names for the mixtures: a
- * per-architecture tensor table can answer this instead. */
-static quant_cat quant_category(const char *name) {
+/* The quantization category of a tensor by llama.cpp's name rules: the
+ * answer for files of architectures reprise has no tensor table for. */
+static quant_cat category_by_name(const char *name) {
     if (!strcmp(name, "output.weight")) return C_OUTPUT;
     if (!strcmp(name, "token_embd.weight")) return C_TOKEN_EMBD;
     if (strstr(name, "attn_qkv.weight") || strstr(name, "attn_kv_b.weight") ||
@@ -132,6 +132,38 @@ static quant_cat quant_category(const char *name) {
     return C_OTHER;
 }
 
+/* The quantization category of a tensor: its row in the architecture's
+ * tensor table (src/arch/tensors.h), or the name rules when the
+ * architecture or the tensor is not in a table. */
+static quant_cat quant_category(const char *arch, const char *name) {
+    switch (arch ? rp_arch_tensor_category(arch, name) : RP_TCAT_UNKNOWN) {
+    case RP_TCAT_TOKEN_EMBD:
+        return C_TOKEN_EMBD;
+    case RP_TCAT_OUTPUT:
+        return C_OUTPUT;
+    case RP_TCAT_ATTN_Q:
+        return C_ATTN_Q;
+    case RP_TCAT_ATTN_K:
+        return C_ATTN_K;
+    case RP_TCAT_ATTN_V:
+        return C_ATTN_V;
+    case RP_TCAT_ATTN_OUTPUT:
+        return C_ATTN_OUT;
+    case RP_TCAT_FFN_UP:
+        return C_FFN_UP;
+    case RP_TCAT_FFN_GATE:
+        return C_FFN_GATE;
+    case RP_TCAT_FFN_DOWN:
+        return C_FFN_DOWN;
+    case RP_TCAT_OTHER:
+    case RP_TCAT_NORM:
+        return C_OTHER;
+    case RP_TCAT_UNKNOWN:
+        break;
+    }
+    return category_by_name(name);
+}
+
 /* The layers of a mixture that get more bits: the first and last eighth and
  * every third in between. */
 static bool more_bits(int i, int n) {
@@ -143,12 +175,13 @@ typedef struct mix_state {
     bool tied; /* no output.weight: token_embd is also the output */
     int n_gqa; /* head_count / head_count_kv */
     int n_attn_v, n_ffn_down, i_attn_v, i_ffn_down;
+    const char *arch; /* general.architecture, NULL when absent */
 } mix_state;
 
 /* llama.cpp's choice for one tensor of a mixture (the rules of the types
  * this module writes). */
 static int mixture_type(mix_state *s, const rp_gguf_tensor *t, int type) {
-    const quant_cat c = quant_category(t->name);
+    const quant_cat c = quant_category(s->arch, t->name);
     const int f = s->ftype;
     if (c == C_OUTPUT || (s->tied && c == C_TOKEN_EMBD)) {
         if (t->ne[0] % rp_type_get(type)->blck_size) return RP_TYPE_Q8_0;
@@ -271,6 +304,7 @@ static mix_state mix_init(const rp_quantize_plan *q) {
     const char *arch = NULL;
     bool found;
     rp_gguf_get_str(q->g, "general.architecture", &arch, &found);
+    ms.arch = arch;
     if (arch) {
         char k1[128], k2[128];
         uint32_t nh = 0, nkv = 0;
@@ -283,7 +317,7 @@ static mix_state mix_init(const rp_quantize_plan *q) {
     for (uint64_t i = 0; i < q->n; i++) {
         const rp_gguf_tensor *t = rp_gguf_tensor_at(q->g, i);
         if (!quantizable(t)) continue;
-        const quant_cat c = quant_category(t->name);
+        const quant_cat c = quant_category(ms.arch, t->name);
         ms.n_attn_v += c == C_ATTN_V;
         ms.n_ffn_down += c == C_FFN_DOWN;
     }

@@ -13,7 +13,7 @@
 #include <vulkan/vulkan.h>
 
 #include "backend/backend.h"
-#include "backend/backend_impl.h"
+#include "base/ptrmap.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -2,7 +2,7 @@
 #
 # Built when `pkg-config vulkan` (libvulkan-dev) and glslc are both present;
 # otherwise the library still builds and rp_backend_open("vulkan0") says
-# "built without Vulkan (install libvulkan-dev glslc)" (src/backend/backend.c).
+# "built without Vulkan (install libvulkan-dev glslc)" (src/backend/vulkan_stub.c).
 # The loader is opened at run time (dlopen), so the headers are all the build
 # needs and a binary built here starts on machines without Vulkan.
 #

@@ -1,11 +1,10 @@
-/* Helpers the backends share (not for forwards). */
-#ifndef RP_BACKEND_IMPL_H
-#define RP_BACKEND_IMPL_H
+/* A map from pointers to values (a weight's bytes to its device copy). */
+#ifndef RP_BASE_PTRMAP_H
+#define RP_BASE_PTRMAP_H
 
-#include "backend/backend.h"
+#include "reprise.h"
 
 #include <stddef.h>
-#include <stdint.h>
 
 /* An open-addressing map from pointers (a weight's bytes) to values. */
 typedef struct rp_ptrmap {
