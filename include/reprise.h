@@ -259,6 +259,10 @@ typedef struct rp_context_params {
     /* Keep the final hidden state (before the output norm) of every output row,
      * readable through rp_get_hidden (speculative drafting, embeddings). */
     bool keep_hidden;
+    /* Where the forward runs: NULL, "" or "cpu" = the CPU; "vulkan0", ... a
+     * Vulkan device (rp_device_list). On a device every plan step runs there
+     * or the context is refused; there is no CPU fallback. */
+    const char *device;
 } rp_context_params;
 
 rp_context_params rp_context_default_params(void);
@@ -270,6 +274,12 @@ rp_context_params rp_context_default_params(void);
  *                       f32/f16, n_ctx or n_seq_max too large, both plan specs
  *   RP_ERR_PLAN         the spec does not fit the model (the message names the
  *                       block or item and why) */
+/*   RP_ERR_UNSUPPORTED  params.device names a device the model cannot run on:
+ *                       an architecture without a device forward, a weight
+ *                       type without device kernels (the message names the
+ *                       tensor and type), a cache type the device lacks; or
+ *                       no Vulkan loader / device (the message names the
+ *                       package to install) */
 rp_status rp_context_new(const rp_model *model, const rp_context_params *params, rp_context **out);
 void rp_context_free(rp_context *ctx); /* NULL is fine */
 
@@ -318,6 +328,29 @@ typedef struct rp_state_info {
     uint32_t n_ctx;     /* positions per sequence */
 } rp_state_info;
 void rp_context_state_info(const rp_context *ctx, rp_state_info *out);
+
+/* ---- devices ----------------------------------------------------------------- */
+
+typedef struct rp_device_info {
+    char name[32];      /* what rp_context_params.device takes: "cpu", "vulkan0", ... */
+    char desc[256];     /* the device in words */
+    uint64_t mem_bytes; /* its memory (0 for the CPU: host memory) */
+} rp_device_info;
+/* The devices this build and machine can run on: "cpu" first, then each
+ * Vulkan device. note (may be NULL) receives why there is no Vulkan device
+ * (built without it, no loader, no driver: each naming the package), else "".
+ *   RP_ERR_INVALID_ARG  cap < 1 */
+rp_status rp_device_list(rp_device_info *devs, int cap, int *n, char *note, size_t note_size);
+/* The device name a context runs on ("cpu", "vulkan0", ...). */
+const char *rp_context_device(const rp_context *ctx);
+/* The boot log's lines: the device, its memory, what the context holds
+ * there (weights once, state for the plan's steps, scratch). Returns the
+ * length like snprintf. */
+int rp_context_device_report(const rp_context *ctx, char *buf, size_t size);
+/* Per-op counters of the forward (calls, dispatches, bytes read) since the
+ * last reset, per token when n_tok > 0, as a table; length like snprintf. */
+void rp_context_device_stats_reset(rp_context *ctx);
+int rp_context_device_stats(const rp_context *ctx, int n_tok, char *buf, size_t size);
 
 /* ---- decoding -------------------------------------------------------------- */
 

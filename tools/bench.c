@@ -337,8 +337,8 @@ static int bench_parse(const char *cmd, bench_opts *o, int argc, char **argv) {
          "a time')"},
         {0},
     };
-    const arg_opt *tables[] = {opts, model_opts_table(&o->mo, MO_ALL), spec_opts_table(&o->so),
-                               NULL};
+    const arg_opt *tables[] = {opts, model_opts_table(&o->mo, MO_ALL | MO_DEVICE),
+                               spec_opts_table(&o->so), NULL};
     const char *const epilog[] = {g_plan_help, g_spec_help, NULL};
     const arg_spec spec = {
         .cmd = cmd,
@@ -384,6 +384,7 @@ int cmd_bench(int argc, char **argv) {
     spec_opts_init(&o.so);
     int rc = bench_parse(cmd, &o, argc, argv);
     if (rc != ARGS_OK) return rc;
+    if (tool_list_devices(&o.mo)) return 0;
     if (!bench_check(cmd, &o)) return 2;
     if (o.bw) {
         double g;

@@ -368,7 +368,7 @@ static int chat_parse(const char *cmd, chat_opts *o, int argc, char **argv) {
     const arg_opt *tables[] = {opts,
                                sampling_opts_table(&o->so),
                                report_opts,
-                               model_opts_table(&o->mo, MO_ALL),
+                               model_opts_table(&o->mo, MO_ALL | MO_DEVICE),
                                spec_opts_table(&o->spec),
                                NULL};
     char templates[512];
@@ -470,6 +470,7 @@ int cmd_chat(int argc, char **argv) {
     memset(&o, 0, sizeof o);
     int rc = chat_parse(cmd, &o, argc, argv);
     if (rc != ARGS_OK) return rc;
+    if (tool_list_devices(&o.mo)) return 0;
     rp_model *model;
     rp_context *ctx;
     if (!tool_load(cmd, &o.mo, 1, &model, &ctx, &rc)) return rc;

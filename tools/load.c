@@ -24,10 +24,11 @@ void model_opts_init(model_opts *o) {
     memset(o, 0, sizeof *o);
     o->type_k = RP_TYPE_F16;
     o->type_v = RP_TYPE_F16;
+    o->n_gpu_layers = -1;
 }
 
 const arg_opt *model_opts_table(model_opts *o, unsigned which) {
-    static arg_opt t[16];
+    static arg_opt t[20];
     const bool chunks = which & MO_CHUNKS;
     /* each entry with the flag that selects it (0: always) */
     const struct {
@@ -63,6 +64,15 @@ const arg_opt *model_opts_table(model_opts *o, unsigned which) {
          {"--plan-force", ARG_FLAG, &o->plan_force, NULL,
           "apply --plan to weights with another content hash"}},
         {MO_DUMP, {"--dump-plan", ARG_FLAG, &o->dump_plan, NULL, "print the layer plan and exit"}},
+        {MO_DEVICE,
+         {"-ngl|--n-gpu-layers", ARG_INT, &o->n_gpu_layers, "N",
+          "layers on the device: 0 = the CPU, the layer count or more = all (default: all "
+          "when --device names a device)"}},
+        {MO_DEVICE,
+         {"-dev|--device", ARG_STR, &o->device, "NAME",
+          "where the model runs: cpu, vulkan0, ... (default cpu; vulkan0 with -ngl)"}},
+        {MO_DEVICE,
+         {"--list-devices", ARG_FLAG, &o->list_devices, NULL, "list the devices and exit"}},
         {0, {"-q|--quiet", ARG_FLAG, &o->quiet, NULL, "only errors on stderr"}},
     };
     size_t k = 0;
@@ -99,7 +109,62 @@ rp_context_params model_opts_context(const model_opts *o, uint32_t n_seq) {
     cp.repeat_layers = o->repeat_layers;
     cp.layer_map = o->layer_map;
     cp.keep_hidden = o->keep_hidden;
+    cp.device = o->device;
     return cp;
+}
+
+bool tool_list_devices(const model_opts *o) {
+    if (!o->list_devices) return false;
+    rp_device_info d[17];
+    int n = 0;
+    char note[512];
+    if (rp_device_list(d, (int)ARRAY_LEN(d), &n, note, sizeof note)) n = 0;
+    printf("available devices:\n");
+    for (int i = 0; i < n; i++) {
+        printf("  %-9s %s", d[i].name, d[i].desc);
+        if (d[i].mem_bytes) printf(", %.0f MiB", (double)d[i].mem_bytes / 1048576.0);
+        printf("\n");
+    }
+    if (*note) printf("no Vulkan device: %s\n", note);
+    return true;
+}
+
+bool model_opts_device(const char *cmd, const model_opts *o, const rp_model *m,
+                       const char **device) {
+    const int n_layer = rp_model_n_layer(m);
+    const bool cpu = o->device && !strcmp(o->device, "cpu");
+    *device = o->device;
+    if (o->n_gpu_layers < 0) return true;
+    if (o->n_gpu_layers == 0) {
+        if (o->device && !cpu) {
+            tool_error(cmd, "-ngl 0 runs on the CPU, --device %s asks for the device: give one",
+                       o->device);
+            return false;
+        }
+        *device = NULL;
+        return true;
+    }
+    if (o->n_gpu_layers < n_layer) {
+        tool_error(cmd,
+                   "-ngl %d: partial offload is not supported yet; give -ngl 0 (the CPU) or "
+                   "-ngl %d or more (all %d layers of the model on the device)",
+                   o->n_gpu_layers, n_layer, n_layer);
+        return false;
+    }
+    if (cpu) {
+        tool_error(cmd, "-ngl %d asks for the device, --device cpu for the CPU: give one",
+                   o->n_gpu_layers);
+        return false;
+    }
+    if (!o->device) *device = "vulkan0";
+    return true;
+}
+
+void tool_print_device(FILE *fp, const rp_context *ctx) {
+    if (!strcmp(rp_context_device(ctx), "cpu")) return;
+    char buf[1024];
+    rp_context_device_report(ctx, buf, sizeof buf);
+    fputs(buf, fp);
 }
 
 /* The checks of the plan options that need no model. */
@@ -121,6 +186,7 @@ static rp_context *context_new(const char *cmd, const model_opts *o, const rp_mo
                                uint32_t n_seq) {
     rp_context_params cp = model_opts_context(o, n_seq);
     rp_planfile *pf = NULL;
+    if (!model_opts_device(cmd, o, m, &cp.device)) return NULL;
     if (!tool_plan_resolve(cmd, o, m, &pf, &cp.repeat_layers, &cp.layer_map)) return NULL;
     rp_context *ctx = NULL;
     rp_status s = rp_context_new(m, &cp, &ctx);
@@ -135,6 +201,10 @@ bool tool_load(const char *cmd, const model_opts *o, uint32_t n_seq, rp_model **
     *ctx = NULL;
     *exit_code = 1;
     if (o->quiet) g_verbosity = 0;
+    if (tool_list_devices(o)) {
+        *exit_code = 0;
+        return false;
+    }
     if (!o->model) {
         tool_error(cmd, "no model given (-m FILE)");
         return false;
@@ -159,6 +229,7 @@ bool tool_load(const char *cmd, const model_opts *o, uint32_t n_seq, rp_model **
         rp_model_desc(*model, desc, sizeof desc);
         fprintf(stderr, "model: %s\n", desc);
         tool_print_plan(stderr, *ctx);
+        tool_print_device(stderr, *ctx);
     }
     return true;
 }

@@ -164,6 +164,7 @@ static int load(const char *cmd, ppl_opts *o, rp_model **model, rp_context **ctx
     cp.n_batch = o->b;
     cp.keep_hidden = false;
     rp_planfile *pf = NULL; /* --plan FILE, checked against the model */
+    if (!model_opts_device(cmd, mo, *model, &cp.device)) return 1;
     if (!tool_plan_resolve(cmd, mo, *model, &pf, &cp.repeat_layers, &cp.layer_map)) return 1;
     rp_status s = rp_context_new(*model, &cp, ctx);
     rp_planfile_free(pf);
@@ -176,6 +177,7 @@ static int load(const char *cmd, ppl_opts *o, rp_model **model, rp_context **ctx
             fprintf(stderr, "model: %s\n", desc);
         }
         tool_print_plan(fp, *ctx);
+        tool_print_device(fp, *ctx);
     }
     return mo->dump_plan ? 0 : -1;
 }
@@ -193,7 +195,8 @@ static int ppl_parse(const char *cmd, ppl_opts *o, int argc, char **argv) {
          "compare with the base file's log-probabilities"},
         {0},
     };
-    const arg_opt *tables[] = {opts, model_opts_table(&o->mo, MO_ALL | MO_CHUNKS), NULL};
+    const arg_opt *tables[] = {opts, model_opts_table(&o->mo, MO_ALL | MO_CHUNKS | MO_DEVICE),
+                               NULL};
     const char *const epilog[] = {g_plan_help, NULL};
     const arg_spec spec = {
         .cmd = cmd,
@@ -303,6 +306,7 @@ int cmd_perplexity(int argc, char **argv) {
     memset(&o, 0, sizeof o);
     int rc = ppl_parse(cmd, &o, argc, argv);
     if (rc != ARGS_OK) return rc;
+    if (tool_list_devices(&o.mo)) return 0;
     if (!ppl_check(cmd, &o)) return 2;
     if (o.kld_mode && !base_chunk_size(cmd, &o)) return 1;
     char *text = NULL;

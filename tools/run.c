@@ -235,7 +235,7 @@ static int run_parse(const char *cmd, run_opts *o, int argc, char **argv) {
     const arg_opt *tables[] = {prompt_opts,
                                sampling_opts_table(&o->so),
                                output_opts,
-                               model_opts_table(&o->mo, MO_ALL),
+                               model_opts_table(&o->mo, MO_ALL | MO_DEVICE),
                                spec_opts_table(&o->spec),
                                NULL};
     const char *const epilog[] = {g_plan_help, g_spec_help, NULL};
@@ -273,6 +273,7 @@ int cmd_run(int argc, char **argv) {
     memset(&o, 0, sizeof o);
     int rc = run_parse(cmd, &o, argc, argv);
     if (rc != ARGS_OK) return rc;
+    if (tool_list_devices(&o.mo)) return 0;
     if (!run_check(cmd, &o)) return 2;
     rp_model *model;
     rp_context *ctx;

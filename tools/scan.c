@@ -140,7 +140,7 @@ static int scan_parse(const char *cmd, scan_opts *o, int argc, char **argv) {
         {0},
     };
     /* the model options without the plan flags: scan makes the plans */
-    const arg_opt *tables[] = {opts, model_opts_table(&o->mo, MO_CHUNKS), NULL};
+    const arg_opt *tables[] = {opts, model_opts_table(&o->mo, MO_CHUNKS | MO_DEVICE), NULL};
     const arg_spec spec = {
         .cmd = cmd,
         .usage =
@@ -431,7 +431,10 @@ static bool scan_execute(scan_job *job, scan_stats *st) {
     const scan_opts *o = job->o;
     scan_progress prog;
     memset(&prog, 0, sizeof prog);
+    const char *device = NULL;
+    if (!model_opts_device(job->cmd, &o->mo, job->model, &device)) return false;
     const rp_scan_params sp = {
+        .device = device,
         .metric = o->metric,
         .n_threads = o->mo.n_threads,
         .type_k = o->mo.type_k,
@@ -606,6 +609,7 @@ int cmd_scan(int argc, char **argv) {
     memset(&o, 0, sizeof o);
     int rc = scan_parse(cmd, &o, argc, argv);
     if (rc != ARGS_OK) return rc;
+    if (tool_list_devices(&o.mo)) return 0;
     if ((rc = scan_check(cmd, &o))) return rc;
     scan_job job = {.cmd = cmd, .o = &o};
     scan_stats st = {0};

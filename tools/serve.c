@@ -593,8 +593,9 @@ static int serve_parse(const char *cmd, serve_opts *o, int argc, char **argv) {
         {0},
     };
     /* the model options but --plan, which reads differently here */
-    const arg_opt *tables[] = {opts, model_opts_table(&o->mo, MO_SPEC | MO_PLAN_FORCE | MO_DUMP),
-                               spec_opts_table(&o->so), NULL};
+    const arg_opt *tables[] = {
+        opts, model_opts_table(&o->mo, MO_SPEC | MO_PLAN_FORCE | MO_DUMP | MO_DEVICE),
+        spec_opts_table(&o->so), NULL};
     const char *const epilog[] = {g_plan_help, g_spec_help, NULL};
     const arg_spec spec = {
         .cmd = cmd,
@@ -654,6 +655,7 @@ static bool add_plan_entry(const char *cmd, const serve_opts *o, const rp_model 
             return false;
         }
     rp_context_params cp = model_opts_context(&o->mo, (uint32_t)o->n_parallel);
+    if (!model_opts_device(cmd, &o->mo, model, &cp.device)) return false;
     cp.repeat_layers = rep;
     cp.layer_map = map;
     rp_status s = rp_context_new(model, &cp, &en->ctx);
@@ -796,6 +798,7 @@ int cmd_serve(int argc, char **argv) {
     spec_opts_init(&o.so);
     int rc = serve_parse(cmd, &o, argc, argv);
     if (rc != ARGS_OK) return rc;
+    if (tool_list_devices(&o.mo)) return 0;
     if (!spec_opts_check(cmd, &o.so, &o.mo) || !serve_check(cmd, &o)) return 2;
     if (o.verbose) g_verbosity = 2;
     g_log_requests = o.verbose;

@@ -135,6 +135,9 @@ typedef struct model_opts {
     bool keep_hidden;      /* the context keeps final hidden states (speculative MTP drafting) */
     const char *plan_file; /* --plan FILE: a plan file (plan_resolve.c) */
     bool plan_force;       /* --plan-force: accept weights whose content hash differs */
+    int n_gpu_layers;      /* -ngl N: 0 = the CPU, >= the layer count = all; -1 = not given */
+    const char *device;    /* -dev NAME: cpu, vulkan0, ... */
+    bool list_devices;     /* --list-devices */
 } model_opts;
 
 /* Which of the model options a command takes (-m, -c, -b, -t, -ctk, -ctv and
@@ -145,6 +148,7 @@ enum {
     MO_PLAN_FORCE = 4, /* --plan-force */
     MO_DUMP = 8,       /* --dump-plan */
     MO_CHUNKS = 16,    /* -c and -b read as chunks of a text (perplexity, scan) */
+    MO_DEVICE = 32,    /* -ngl, -dev, --list-devices */
     MO_ALL = MO_SPEC | MO_PLAN_FILE | MO_PLAN_FORCE | MO_DUMP,
 };
 
@@ -152,6 +156,14 @@ void model_opts_init(model_opts *o);
 /* The option table of model_opts for a command (a static table: a tool parses once). */
 const arg_opt *model_opts_table(model_opts *o, unsigned which);
 extern const char *const g_plan_help; /* how the plan grammars read, for --help */
+/* --list-devices: prints the devices and returns true (the command exits 0). */
+bool tool_list_devices(const model_opts *o);
+/* The device -ngl / -dev select for model m (NULL = the CPU); false with an
+ * error printed when they ask for what cannot be done (partial offload). */
+bool model_opts_device(const char *cmd, const model_opts *o, const rp_model *m,
+                       const char **device);
+/* The boot log's device lines (nothing on the CPU). */
+void tool_print_device(FILE *fp, const rp_context *ctx);
 
 /* The model of o->model with progress on a terminal; NULL after printing an
  * error. vocab_only loads the tokenizer alone. */

@@ -1,4 +1,5 @@
 #include "arch/dense.h"
+#include "backend/backend.h"
 #include "base/util.h"
 
 #include <math.h>
@@ -64,21 +65,56 @@ rp_status rp_dense_synth_tensors(rp_synth *s, const rp_synth_params *p, unsigned
     return st;
 }
 
-/* Scratch of one context: every buffer sized for n_ubatch tokens. */
+/* Scratch of one context on its backend (c->be): every activation row
+ * sized for n_ubatch tokens, in one buffer. */
 typedef struct dense_ctx {
-    float *x;              /* [n_ub][n_embd] residual stream */
-    float *xn;             /* [n_ub][n_embd] normed input of a sublayer */
-    float *tmp;            /* [n_ub][max(n_embd, q width)] sublayer output */
-    float *q;              /* [n_ub][n_head * head_dim_k] */
-    float *k;              /* [n_ub][n_head_kv * head_dim_k] */
-    float *v;              /* [n_ub][n_head_kv * head_dim_v] */
-    float *att;            /* [n_ub][n_head * head_dim_v] */
-    float *gate;           /* [n_ub][n_ff] */
-    float *up;             /* [n_ub][n_ff] */
-    float *rope[2];        /* [n_ub][n_rot] cos/sin per rope set */
-    const rp_kv_view **kv; /* [n_ub] */
-    void *block;
+    rp_bbuf *act;
+    rp_bx x;       /* [n_ub][n_embd] residual stream */
+    rp_bx xn;      /* [n_ub][n_embd] normed input of a sublayer */
+    rp_bx tmp;     /* [n_ub][max(n_embd, q width)] sublayer output */
+    rp_bx q;       /* [n_ub][n_head * head_dim_k] */
+    rp_bx k;       /* [n_ub][n_head_kv * head_dim_k] */
+    rp_bx v;       /* [n_ub][n_head_kv * head_dim_v] */
+    rp_bx att;     /* [n_ub][n_head * head_dim_v] */
+    rp_bx gate;    /* [n_ub][n_ff] */
+    rp_bx up;      /* [n_ub][n_ff] */
+    rp_bx rope[2]; /* [n_ub][n_rot] cos/sin per rope set */
 } dense_ctx;
+
+/* The weights of the steps' source layers, once each (a layer several steps
+ * run, or a tensor several layers share, is one copy on the backend). */
+static rp_status upload_weights(rp_context *c) {
+    const rp_model *m = c->model;
+    const rp_tensor *io[] = {m->tok_embd, m->output_norm, m->output_norm_b, m->output};
+    rp_status s = RP_OK;
+    for (size_t i = 0; i < RP_ARRAY_LEN(io) && !s; i++)
+        if (io[i]) s = rp_be_upload(c->be, io[i]);
+    for (int e = 0; e < c->plan->n_eff && !s; e++) {
+        const rp_layer *L = &m->layers[c->plan->src[e]];
+        const rp_tensor *t[] = {L->attn_norm,
+                                L->attn_norm_b,
+                                L->wq,
+                                L->wk,
+                                L->wv,
+                                L->wo,
+                                L->bq,
+                                L->bk,
+                                L->bv,
+                                L->bo,
+                                L->q_norm,
+                                L->k_norm,
+                                L->attn_post_norm,
+                                L->ffn_norm,
+                                L->ffn_norm_b,
+                                L->ffn_gate,
+                                L->ffn_up,
+                                L->ffn_down,
+                                L->ffn_post_norm};
+        for (size_t i = 0; i < RP_ARRAY_LEN(t) && !s; i++)
+            if (t[i]) s = rp_be_upload(c->be, t[i]);
+    }
+    return s;
+}
 
 rp_status rp_dense_ctx_init(rp_context *c) {
     const rp_model *m = c->model;
@@ -97,26 +133,22 @@ rp_status rp_dense_ctx_init(rp_context *c) {
     size_t nrot = (size_t)RP_MAX(m->hp.rope[0].n_rot, m->hp.rope[1].n_rot);
     size_t sizes[] = {n * E,  n * E,  n * wt, n * wq,       n * wk,      n * wv,
                       n * wo, n * wf, n * wf, n * nrot + 1, n * nrot + 1};
-    size_t total = 0;
-    for (size_t i = 0; i < RP_ARRAY_LEN(sizes); i++)
-        total += rp_align_up(sizes[i] * sizeof(float), 64);
+    size_t off[RP_ARRAY_LEN(sizes)], total = 0;
+    for (size_t i = 0; i < RP_ARRAY_LEN(sizes); i++) {
+        off[i] = total; /* 256: any device's storage-buffer offset alignment */
+        total += rp_align_up(sizes[i] * sizeof(float), 256);
+    }
+    rp_status s = upload_weights(c);
+    if (s) return s;
     dense_ctx *d = rp_calloc(1, sizeof *d, "dense scratch");
     if (!d) return RP_ERR_NOMEM;
-    d->block = rp_alloc_aligned(total, "activation scratch");
-    d->kv = rp_calloc(n, sizeof *d->kv, "kv views");
-    if (!d->block || !d->kv) {
-        rp_free_aligned(d->block);
-        free(d->kv);
+    if ((s = rp_be_buf_new(c->be, total, "activation scratch", &d->act))) {
         free(d);
-        return RP_ERR_NOMEM;
+        return s;
     }
-    float **dst[] = {&d->x,   &d->xn,   &d->tmp, &d->q,       &d->k,      &d->v,
-                     &d->att, &d->gate, &d->up,  &d->rope[0], &d->rope[1]};
-    char *p = d->block;
-    for (size_t i = 0; i < RP_ARRAY_LEN(sizes); i++) {
-        *dst[i] = (float *)p;
-        p += rp_align_up(sizes[i] * sizeof(float), 64);
-    }
+    rp_bx *dst[] = {&d->x,   &d->xn,   &d->tmp, &d->q,       &d->k,      &d->v,
+                    &d->att, &d->gate, &d->up,  &d->rope[0], &d->rope[1]};
+    for (size_t i = 0; i < RP_ARRAY_LEN(sizes); i++) *dst[i] = rp_bx_at(d->act, off[i]);
     c->arch_ctx = d;
     return RP_OK;
 }
@@ -124,48 +156,50 @@ rp_status rp_dense_ctx_init(rp_context *c) {
 void rp_dense_ctx_free(rp_context *c) {
     dense_ctx *d = c->arch_ctx;
     if (!d) return;
-    rp_free_aligned(d->block);
-    free(d->kv);
+    rp_be_buf_free(c->be, d->act);
     free(d);
     c->arch_ctx = NULL;
 }
 
-static void add_bias(float *x, const rp_tensor *b, int n_rows, int width) {
-    if (!b) return;
-    for (int r = 0; r < n_rows; r++) rp_add(x + (size_t)r * (size_t)width, b->data, width);
+static rp_bnorm norm_kind(const rp_tensor *b) {
+    return b ? RP_BNORM_LAYER : RP_BNORM_RMS;
 }
 
-static void norm_rows(float *y, const float *x, const rp_tensor *w, const rp_tensor *b, int n,
-                      int rows, float eps) {
-    if (b)
-        rp_layernorm(y, x, w->data, b->data, n, rows, eps);
+/* The residual stream entering step e_begin: token embeddings (or the
+ * batch's input embeddings), scaled, or the caller's hidden states. */
+static void forward_input(rp_context *c, const rp_ubatch *ub, dense_ctx *d, int e_begin) {
+    const rp_hparams *hp = &c->model->hp;
+    const size_t n = (size_t)ub->n_tok * (size_t)hp->n_embd;
+    if (e_begin > 0) {
+        rp_be_write(c->be, d->x, ub->x_in, n * sizeof(float));
+        return;
+    }
+    if (ub->embd)
+        rp_be_write(c->be, d->x, ub->embd, n * sizeof(float));
     else
-        rp_rmsnorm(y, x, w->data, n, rows, eps);
+        rp_be_get_rows(c->be, d->x, c->model->tok_embd, ub->token, ub->n_tok);
+    if (hp->embd_scale != 1.0f) rp_be_scale(c->be, d->x, hp->embd_scale, (int)n);
 }
 
+/* One forward for every backend: each call is enqueued on c->be (the CPU
+ * backend runs it at once with the arguments the kernels always had), the
+ * host waits once, in rp_be_sync, for the rows it asked for. */
 rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
     const rp_model *m = c->model;
     const rp_hparams *hp = &m->hp;
     const rp_dense_cfg *cfg = m->arch_data;
     const rp_plan *plan = c->plan;
     dense_ctx *d = c->arch_ctx;
+    rp_backend *be = c->be;
     const int E = hp->n_embd;
     int n = ub->n_tok;
     /* steps [e_begin, e_end): the whole plan unless rp_decode_steps asked for a range */
     const int e_begin = ub->step_begin, e_end = ub->step_end ? ub->step_end : plan->n_eff;
 
-    /* embeddings, or the residual stream entering step e_begin */
-    if (e_begin > 0) memcpy(d->x, ub->x_in, (size_t)n * (size_t)E * sizeof(float));
-    for (int t = 0; t < n && e_begin == 0; t++) {
-        float *xr = d->x + (size_t)t * (size_t)E;
-        if (ub->embd)
-            memcpy(xr, ub->embd + (size_t)t * (size_t)E, (size_t)E * sizeof(float));
-        else
-            rp_tensor_get_row(m->tok_embd, ub->token[t], xr);
-        if (hp->embd_scale != 1.0f) rp_scale(xr, hp->embd_scale, E);
-    }
+    forward_input(c, ub, d, e_begin);
     /* rotary tables, once per micro-batch for every layer that shares them */
-    for (int r = 0; r < hp->n_rope_sets; r++) rp_rope_cache(d->rope[r], ub->pos, n, &hp->rope[r]);
+    for (int r = 0; r < hp->n_rope_sets; r++)
+        rp_be_rope_cache(be, d->rope[r], ub->pos, n, &hp->rope[r]);
 
     bool compacted = false;
     for (int e = e_begin; e < e_end; e++) {
@@ -176,84 +210,83 @@ rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
         const int wq = nh * dk, wk = nkv * dk, wv = nkv * dv, wo = nh * dv;
         const rp_rope_params *rope = &hp->rope[li->rope_set];
 
-        /* attention: what the layer is comes from src, where it runs (KV slot) from e */
-        norm_rows(d->xn, d->x, L->attn_norm, L->attn_norm_b, E, n, hp->eps);
+        /* attention: what the layer is comes from src, where it runs (KV region) from e */
+        rp_be_norm(be, norm_kind(L->attn_norm_b), d->xn, d->x, L->attn_norm, L->attn_norm_b, E, n,
+                   hp->eps);
         const rp_tensor *w3[3] = {L->wq, L->wk, L->wv};
-        float *y3[3] = {d->q, d->k, d->v};
-        rp_matmul_n(&c->cc, 3, w3, y3, d->xn, n);
-        add_bias(d->q, L->bq, n, wq);
-        add_bias(d->k, L->bk, n, wk);
-        add_bias(d->v, L->bv, n, wv);
+        const rp_bx y3[3] = {d->q, d->k, d->v};
+        rp_be_matmul_n(be, 3, w3, y3, d->xn, n);
+        rp_be_add_row(be, d->q, L->bq, wq, n);
+        rp_be_add_row(be, d->k, L->bk, wk, n);
+        rp_be_add_row(be, d->v, L->bv, wv, n);
         if (L->q_norm) {
-            rp_rmsnorm_heads(d->q, L->q_norm->data, dk, nh, n, wq, hp->eps);
-            rp_rmsnorm_heads(d->k, L->k_norm->data, dk, nkv, n, wk, hp->eps);
+            rp_be_norm_heads(be, d->q, L->q_norm, dk, nh, n, wq, hp->eps);
+            rp_be_norm_heads(be, d->k, L->k_norm, dk, nkv, n, wk, hp->eps);
         }
         if (rope->n_rot > 0) {
-            rp_rope_apply(d->q, n, wq, nh, dk, rope->n_rot, d->rope[li->rope_set], hp->rope_style);
-            rp_rope_apply(d->k, n, wk, nkv, dk, rope->n_rot, d->rope[li->rope_set], hp->rope_style);
+            rp_be_rope(be, d->q, n, wq, nh, dk, rope->n_rot, d->rope[li->rope_set], hp->rope_style);
+            rp_be_rope(be, d->k, n, wk, nkv, dk, rope->n_rot, d->rope[li->rope_set],
+                       hp->rope_style);
         }
-        for (int t = 0; t < n; t++) {
-            d->kv[t] = rp_ctx_kv(c, e, ub->seq[t]);
-            rp_kv_write(d->kv[t], nkv, dk, dv, ub->pos[t], d->k + (size_t)t * (size_t)wk,
-                        d->v + (size_t)t * (size_t)wv);
-        }
-        rp_attn_args aa = {
-            .n_tok = n,
-            .q = d->q,
-            .q_stride = wq,
-            .out = d->att,
-            .out_stride = wo,
-            .n_head = nh,
-            .n_head_kv = nkv,
-            .head_dim_k = dk,
-            .head_dim_v = dv,
-            .scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)dk),
-            .softcap = hp->attn_softcap,
-            .window = li->kind == RP_LAYER_ATTN_SWA ? li->window : 0,
-            .pos = ub->pos,
-            .kv = d->kv,
-        };
-        rp_attention(&c->cc, &aa, c->attn_scratch, c->attn_scratch_per_thread);
-        rp_matmul(&c->cc, L->wo, d->att, n, d->tmp);
-        add_bias(d->tmp, L->bo, n, E);
-        if (L->attn_post_norm) rp_rmsnorm(d->tmp, d->tmp, L->attn_post_norm->data, E, n, hp->eps);
-        for (int t = 0; t < n; t++)
-            rp_add(d->x + (size_t)t * (size_t)E, d->tmp + (size_t)t * (size_t)E, E);
+        rp_be_kv_write(be, c->bkv[e], n, ub->pos, ub->seq, d->k, wk, d->v, wv);
+        rp_battn a = {.n_tok = n,
+                      .q = d->q,
+                      .q_stride = wq,
+                      .out = d->att,
+                      .out_stride = wo,
+                      .n_head = nh,
+                      .n_head_kv = nkv,
+                      .head_dim_k = dk,
+                      .head_dim_v = dv,
+                      .scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)dk),
+                      .softcap = hp->attn_softcap,
+                      .window = li->kind == RP_LAYER_ATTN_SWA ? li->window : 0,
+                      .pos = ub->pos,
+                      .seq = ub->seq,
+                      .kv = c->bkv[e]};
+        rp_be_attention(be, &a);
+        rp_be_matmul(be, L->wo, d->att, n, d->tmp);
+        rp_be_add_row(be, d->tmp, L->bo, E, n);
+        if (L->attn_post_norm)
+            rp_be_norm(be, RP_BNORM_RMS, d->tmp, d->tmp, L->attn_post_norm, NULL, E, n, hp->eps);
+        rp_be_add(be, d->x, d->tmp, n * E);
 
         /* After the last step's attention only the output rows matter. */
         if (e == plan->n_eff - 1 && ub->n_out < n) {
-            for (int i = 0; i < ub->n_out; i++)
-                if (ub->out_rows[i] != i)
-                    memmove(d->x + (size_t)i * (size_t)E,
-                            d->x + (size_t)ub->out_rows[i] * (size_t)E, (size_t)E * sizeof(float));
+            rp_be_gather(be, d->x, d->x, ub->out_rows, ub->n_out, E);
             n = ub->n_out;
             compacted = true;
             if (!n) break;
         }
 
         /* feed-forward */
-        norm_rows(d->xn, d->x, L->ffn_norm, L->ffn_norm_b, E, n, hp->eps);
+        rp_be_norm(be, norm_kind(L->ffn_norm_b), d->xn, d->x, L->ffn_norm, L->ffn_norm_b, E, n,
+                   hp->eps);
         const rp_tensor *w2[2] = {L->ffn_gate, L->ffn_up};
-        float *y2[2] = {d->gate, d->up};
-        rp_matmul_n(&c->cc, 2, w2, y2, d->xn, n);
-        const size_t nf = (size_t)n * (size_t)li->n_ff;
-        if (cfg->act == RP_ACT_SILU)
-            rp_silu_mul(d->gate, d->up, (int)nf);
-        else if (cfg->act == RP_ACT_GELU_TANH)
-            rp_gelu_tanh_mul(d->gate, d->up, (int)nf);
-        else if (cfg->act == RP_ACT_GELU_TANH_F16)
-            rp_gelu_tanh_f16_mul(d->gate, d->up, (int)nf);
-        else
-            rp_gelu_erf_mul(d->gate, d->up, (int)nf);
-        rp_matmul(&c->cc, L->ffn_down, d->gate, n, d->tmp);
-        if (L->ffn_post_norm) rp_rmsnorm(d->tmp, d->tmp, L->ffn_post_norm->data, E, n, hp->eps);
-        for (int t = 0; t < n; t++)
-            rp_add(d->x + (size_t)t * (size_t)E, d->tmp + (size_t)t * (size_t)E, E);
+        const rp_bx y2[2] = {d->gate, d->up};
+        rp_be_matmul_n(be, 2, w2, y2, d->xn, n);
+        rp_be_act_mul(be, (rp_bact)cfg->act, d->gate, d->up, n * li->n_ff);
+        rp_be_matmul(be, L->ffn_down, d->gate, n, d->tmp);
+        if (L->ffn_post_norm)
+            rp_be_norm(be, RP_BNORM_RMS, d->tmp, d->tmp, L->ffn_post_norm, NULL, E, n, hp->eps);
+        rp_be_add(be, d->x, d->tmp, n * E);
     }
     if (e_end < plan->n_eff) {
-        memcpy(ub->x_out, d->x, (size_t)n * (size_t)E * sizeof(float));
-        return RP_OK;
+        rp_be_read(be, ub->x_out, d->x, (size_t)n * (size_t)E * sizeof(float));
+    } else if (ub->n_out) {
+        rp_bout o = {.x = d->x,
+                     .tmp = d->xn,
+                     .n_embd = E,
+                     .n_out = ub->n_out,
+                     .rows = compacted ? NULL : ub->out_rows,
+                     .norm = m->output_norm,
+                     .norm_b = m->output_norm_b,
+                     .w = m->output,
+                     .eps = hp->eps,
+                     .softcap = hp->final_softcap,
+                     .logits = ub->logits,
+                     .hidden = ub->hidden};
+        rp_be_output(be, &o);
     }
-    rp_forward_output(c, ub, d->x, compacted, d->xn);
-    return RP_OK;
+    return rp_be_sync(be);
 }

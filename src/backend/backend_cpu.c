@@ -2,7 +2,7 @@
  * arguments (src/kernels/ops.c, matmul.c), on host memory, right away. A
  * forward written against the backend interface therefore computes the same
  * bits on the CPU as the direct calls (tests/unit/test_backend.c checks a
- * dense forward over the interface against rp_decode bit for bit). Weights
+ * dense forward over the interface against the direct decode bit for bit). Weights
  * are the model's own tensors (file mapping or packed copies): upload only
  * records them for the memory counters. */
 #include "backend/backend.h"
@@ -321,7 +321,7 @@ static void cpu_act_mul(rp_backend *be, rp_bact act, rp_bx gate, rp_bx up, int n
     }
 }
 
-/* rp_forward_output's arithmetic */
+/* the arithmetic of the forwards' shared output tail (core/context.c) */
 static void cpu_output(rp_backend *be, const rp_bout *o) {
     float *x = P(o->x), *tmp = P(o->tmp);
     const size_t ne = (size_t)o->n_embd;

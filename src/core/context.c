@@ -21,6 +21,7 @@ rp_context_params rp_context_default_params(void) {
 void rp_context_free(rp_context *c) {
     if (!c) return;
     if (c->arch_ctx && c->model->arch->ctx_free) c->model->arch->ctx_free(c);
+    rp_ctx_dev_free(c);
     rp_state_free(&c->state);
     if (!c->pool_borrowed) rp_pool_free(c->cc.pool);
     rp_free_aligned(c->cc.wbuf);
@@ -79,8 +80,8 @@ rp_status rp_context_new(const rp_model *m, const rp_context_params *params, rp_
     c->n_threads = p.n_threads > 0 ? p.n_threads : rp_n_physical_cores();
     if (c->n_threads > 512) c->n_threads = 512;
 
-    if ((s = rp_state_init(&c->state, m, plan, c->n_seq, c->n_ctx, c->n_ubatch, p.type_k,
-                           p.type_v)))
+    if ((s = rp_state_init(&c->state, m, plan, c->n_seq, c->n_ctx, c->n_ubatch, p.type_k, p.type_v,
+                           !p.device || !*p.device || !strcmp(p.device, "cpu"))))
         goto fail;
     c->cc.pool = rp_pool_new(c->n_threads);
     if (!c->cc.pool) {
@@ -105,7 +106,7 @@ rp_status rp_context_new(const rp_model *m, const rp_context_params *params, rp_
         s = RP_ERR_NOMEM;
         goto fail;
     }
-    if ((s = m->arch->ctx_init(c))) goto fail;
+    if ((s = rp_ctx_dev_init(c)) || (s = m->arch->ctx_init(c))) goto fail;
     *out = c;
     return RP_OK;
 fail:
@@ -465,7 +466,7 @@ rp_status rp_ctx_ring_rollback_check(const rp_context *c, int seq, int p) {
     for (int e = 0; e < c->state.n_steps; e++) {
         const rp_kv_view *kv = rp_ctx_kv(c, e, seq);
         const rp_layer_info *li = &c->model->info[c->plan->src[e]];
-        if (!kv->k || kv->cap >= c->n_ctx || li->kind != RP_LAYER_ATTN_SWA) continue;
+        if (!kv->cap || kv->cap >= c->n_ctx || li->kind != RP_LAYER_ATTN_SWA) continue;
         const int oldest = c->state.seq_len[seq] - kv->cap;
         if (RP_MAX(0, p - li->window + 1) < oldest)
             return rp_fail(

@@ -3,6 +3,7 @@
 #ifndef RP_CONTEXT_H
 #define RP_CONTEXT_H
 
+#include "backend/backend.h"
 #include "core/kv.h"
 #include "kernels/matmul.h"
 #include "core/model.h"
@@ -48,6 +49,12 @@ struct rp_context {
     float *attn_scratch;
     size_t attn_scratch_per_thread;
     void *arch_ctx;
+    /* Where the forward runs (core/context_dev.c): the CPU backend over cc and
+     * attn_scratch, or a device shared by the model's contexts on it; each
+     * plan step's cache there (NULL where the step has none). */
+    rp_backend *be;
+    rp_bkv **bkv;         /* [n_eff] */
+    bool on_device;       /* be is not the CPU: state lives there, not in state.kv */
     bool pool_borrowed;   /* cc.pool belongs to another context (rp_context_share_pool) */
     rp_abort_fn abort_fn; /* rp_context_set_abort: asked before each pass of a decode */
     void *abort_user;
@@ -80,6 +87,13 @@ void rp_forward_output(rp_context *c, const rp_ubatch *ub, float *x, bool compac
  * sequence cut back to p positions needs (rp_kv_seq_truncate and checkpoint
  * restores refuse otherwise, naming the step). */
 rp_status rp_ctx_ring_rollback_check(const rp_context *c, int seq, int p);
+
+/* The backend and step caches of a new context (after its state and scratch,
+ * before ctx_init), and their release (after ctx_free). */
+rp_status rp_ctx_dev_init(rp_context *c);
+void rp_ctx_dev_free(rp_context *c);
+/* RP_ERR_UNSUPPORTED naming what when c runs on a device (what needs host state). */
+rp_status rp_ctx_host_only(const rp_context *c, const char *what);
 
 /* The KV view of plan step e for a token's sequence. */
 static inline const rp_kv_view *rp_ctx_kv(const rp_context *c, int e, int seq) {

@@ -12,7 +12,7 @@ static void *state_alloc(rp_state *st, size_t bytes, const char *what) {
 }
 
 rp_status rp_state_init(rp_state *st, const rp_model *m, const rp_plan *plan, int n_seq, int n_ctx,
-                        int ring_extra, int type_k, int type_v) {
+                        int ring_extra, int type_k, int type_v, bool host_kv) {
     memset(st, 0, sizeof *st);
     st->n_steps = plan->n_eff;
     st->n_seq = n_seq;
@@ -39,17 +39,17 @@ rp_status rp_state_init(rp_state *st, const rp_model *m, const rp_plan *plan, in
                 cap = RP_MIN(n_ctx, li->window + ring_extra - 1);
             size_t per_k = (size_t)li->n_head_kv * (size_t)cap * (size_t)li->head_dim_k * esk;
             size_t per_v = (size_t)li->n_head_kv * (size_t)cap * (size_t)li->head_dim_v * esv;
-            uint8_t *kb = state_alloc(st, per_k * (size_t)n_seq, "KV cache (K)");
+            uint8_t *kb = host_kv ? state_alloc(st, per_k * (size_t)n_seq, "KV cache (K)") : NULL;
             uint8_t *vb = kb ? state_alloc(st, per_v * (size_t)n_seq, "KV cache (V)") : NULL;
-            if (!vb) {
+            if (host_kv && !vb) {
                 rp_state_free(st);
                 return rp_fail_prefix(RP_ERR_NOMEM, "KV cache for step %d (source layer %d)", e,
                                       plan->src[e]);
             }
             for (int s = 0; s < n_seq; s++) {
                 rp_kv_view *v = &st->kv[(size_t)e * (size_t)n_seq + (size_t)s];
-                v->k = kb + per_k * (size_t)s;
-                v->v = vb + per_v * (size_t)s;
+                v->k = kb ? kb + per_k * (size_t)s : NULL;
+                v->v = vb ? vb + per_v * (size_t)s : NULL;
                 v->type_k = type_k;
                 v->type_v = type_v;
                 v->cap = cap;

@@ -28,9 +28,11 @@ typedef struct rp_state {
 } rp_state;
 
 /* ring_extra: the largest number of tokens one sequence can add in a
- * micro-batch (so a sliding window of w keeps w + ring_extra - 1 cells). */
+ * micro-batch (so a sliding window of w keeps w + ring_extra - 1 cells).
+ * host_kv false: the caches live on a device; the views keep their types and
+ * cap but no blocks (k == v == NULL, kv_bytes counts the device's). */
 rp_status rp_state_init(rp_state *st, const rp_model *m, const rp_plan *plan, int n_seq, int n_ctx,
-                        int ring_extra, int type_k, int type_v);
+                        int ring_extra, int type_k, int type_v, bool host_kv);
 void rp_state_free(rp_state *st);
 void rp_state_clear_seq(rp_state *st, int seq);
 /* Recurrent state floats one sequence holds over every step. */

@@ -75,6 +75,7 @@ static void kv_block_bytes(const rp_context *c, int e, size_t *k, size_t *v) {
 rp_status rp_kv_seq_cp(rp_context *c, int src, int dst, int p0, int p1) {
     rp_status s = seq_check(c, src, "copy sequence");
     if (!s) s = seq_check(c, dst, "copy sequence");
+    if (!s && src != dst) s = rp_ctx_host_only(c, "copy sequence");
     if (s) return s;
     const int len = c->state.seq_len[src];
     if (p0 > 0)
@@ -185,6 +186,7 @@ static uint8_t *rows_copy(uint8_t *block, uint8_t *packed, int heads, int cap, i
 
 rp_status rp_seq_state_save(const rp_context *c, int seq, void *buf, size_t size, size_t *written) {
     rp_status s = seq_check(c, seq, "save sequence state");
+    if (!s) s = rp_ctx_host_only(c, "save sequence state");
     if (s) return s;
     const size_t need = rp_seq_state_size(c, seq);
     if (!buf || size < need)
@@ -292,6 +294,7 @@ static rp_status image_check(const rp_context *c, const uint8_t *buf, size_t siz
 
 rp_status rp_seq_state_load(rp_context *c, int seq, const void *buf, size_t size) {
     rp_status s = seq_check(c, seq, "load sequence state");
+    if (!s) s = rp_ctx_host_only(c, "load sequence state");
     if (s) return s;
     img_head h;
     const uint8_t *steps = NULL;
@@ -332,6 +335,7 @@ rp_status rp_seq_state_load(rp_context *c, int seq, const void *buf, size_t size
 
 rp_status rp_seq_state_save_file(const rp_context *c, int seq, const char *path) {
     rp_status s = seq_check(c, seq, "save sequence state");
+    if (!s) s = rp_ctx_host_only(c, "save sequence state");
     if (s) return s;
     const size_t n = rp_seq_state_size(c, seq);
     void *buf = rp_malloc(n, "sequence state image");
@@ -344,6 +348,7 @@ rp_status rp_seq_state_save_file(const rp_context *c, int seq, const char *path)
 
 rp_status rp_seq_state_load_file(rp_context *c, int seq, const char *path) {
     rp_status s = seq_check(c, seq, "load sequence state");
+    if (!s) s = rp_ctx_host_only(c, "load sequence state");
     if (s) return s;
     char *buf;
     size_t n;

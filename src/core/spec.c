@@ -193,6 +193,11 @@ rp_status rp_spec_new(rp_context *t, const rp_spec_params *params, rp_spec **out
             return rp_fail(RP_ERR_UNSUPPORTED,
                            "speculative decoding: %s has no NextN/MTP head to draft with (%s)",
                            m->path, rp_draft_head_needs(m));
+        if (t->on_device)
+            return rp_fail(RP_ERR_UNSUPPORTED,
+                           "speculative decoding: the MTP head runs on the CPU only, the target "
+                           "on %s; draft with a layer plan there, or run on the CPU",
+                           t->be->name);
         if (!t->params.keep_hidden)
             return rp_fail(RP_ERR_INVALID_ARG, "speculative decoding: the MTP head drafts from the "
                                                "target's hidden states; make the "
@@ -239,6 +244,7 @@ rp_status rp_spec_new(rp_context *t, const rp_spec_params *params, rp_spec **out
         cp.type_k = t->params.type_k;
         cp.type_v = t->params.type_v;
         cp.layer_map = has_plan ? s->draft_plan : NULL; /* never the target's plan */
+        cp.device = t->on_device ? t->be->name : NULL;  /* where the target runs */
         if ((st = rp_context_new(m, &cp, &s->d))) {
             rp_fail_prefix(st, "draft plan '%s'", has_plan ? s->draft_plan : "(the trunk once)");
             goto fail;

@@ -541,6 +541,7 @@ static rp_status new_ctx(const rp_scan *s, const char *spec, rp_context **ctx) {
     cp.type_k = s->p.type_k;
     cp.type_v = s->p.type_v;
     cp.repeat_layers = spec;
+    cp.device = s->p.device;
     return rp_context_new(s->m, &cp, ctx);
 }
 
