@@ -192,6 +192,7 @@ static bool bench_speed(rp_context *ctx, const bench_row *row, const int32_t *to
     double *tps = malloc((size_t)reps * sizeof *tps);
     if (!tps) return false;
     bool ok = true;
+    rp_context_device_stats_reset(ctx);
     for (int r = 0; r < reps && ok; r++) {
         double secs;
         ok = prompt ? run_pp(ctx, toks, n, &secs) : run_tg(ctx, toks, n, &secs);
@@ -200,6 +201,11 @@ static bool bench_speed(rp_context *ctx, const bench_row *row, const int32_t *to
     char test[32];
     snprintf(test, sizeof test, "%s%d", prompt ? "pp" : "tg", n);
     if (ok) print_row(row, test, stats(tps, reps));
+    if (ok && strcmp(rp_context_device(ctx), "cpu")) { /* the device's work per token */
+        char buf[2048];
+        rp_context_device_stats(ctx, n * reps, buf, sizeof buf);
+        printf("\n%s on %s, per token:\n%s\n", test, rp_context_device(ctx), buf);
+    }
     free(tps);
     return ok;
 }

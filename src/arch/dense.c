@@ -90,28 +90,9 @@ static rp_status upload_weights(rp_context *c) {
     for (size_t i = 0; i < RP_ARRAY_LEN(io) && !s; i++)
         if (io[i]) s = rp_be_upload(c->be, io[i]);
     for (int e = 0; e < c->plan->n_eff && !s; e++) {
-        const rp_layer *L = &m->layers[c->plan->src[e]];
-        const rp_tensor *t[] = {L->attn_norm,
-                                L->attn_norm_b,
-                                L->wq,
-                                L->wk,
-                                L->wv,
-                                L->wo,
-                                L->bq,
-                                L->bk,
-                                L->bv,
-                                L->bo,
-                                L->q_norm,
-                                L->k_norm,
-                                L->attn_post_norm,
-                                L->ffn_norm,
-                                L->ffn_norm_b,
-                                L->ffn_gate,
-                                L->ffn_up,
-                                L->ffn_down,
-                                L->ffn_post_norm};
-        for (size_t i = 0; i < RP_ARRAY_LEN(t) && !s; i++)
-            if (t[i]) s = rp_be_upload(c->be, t[i]);
+        const rp_tensor *t[RP_CTX_LAYER_WEIGHTS_MAX];
+        const int k = rp_ctx_layer_weights(&m->layers[c->plan->src[e]], t);
+        for (int i = 0; i < k && !s; i++) s = rp_be_upload(c->be, t[i]);
     }
     return s;
 }

@@ -92,6 +92,10 @@ rp_status rp_ctx_ring_rollback_check(const rp_context *c, int seq, int p);
  * before ctx_init), and their release (after ctx_free). */
 rp_status rp_ctx_dev_init(rp_context *c);
 void rp_ctx_dev_free(rp_context *c);
+/* The dense weights of layer L (its non-NULL rp_layer tensors) into out;
+ * their count. What a device forward uploads and a device forgets. */
+#define RP_CTX_LAYER_WEIGHTS_MAX 19
+int rp_ctx_layer_weights(const rp_layer *L, const rp_tensor **out);
 /* RP_ERR_UNSUPPORTED naming what when c runs on a device (what needs host state). */
 rp_status rp_ctx_host_only(const rp_context *c, const char *what);
 

@@ -5,10 +5,11 @@
  * attention scratch, its caches wrapping the views rp_state already holds, so
  * checkpoints, sequence copies and state images keep working on them.
  *
- * A device ("vulkan0", ...): one backend per (model, device), shared by every
- * context of that model on that device, so a model's weights are uploaded
- * once (scan's contexts, a server's draft context, a perplexity run after a
- * generation); each context adds its own caches and scratch. Contexts that
+ * A device ("vulkan0", ...): one backend per device, opened on first use and
+ * kept for the process (pipelines compile once), shared by every context on
+ * that device; a model's weights are uploaded once (scan's contexts, a
+ * server's plans, a draft context) and leave the device with the model's last
+ * context there; each context adds its own caches and scratch. Contexts that
  * share a device are used from one thread at a time (as contexts sharing a
  * thread pool are). The caches live on the device; the host state keeps the
  * sequence lengths (the KV blocks of rp_state are not allocated), so what
@@ -21,53 +22,116 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct dev_share {
+/* A device stays open for the process once a context used it (its
+ * pipelines compile once); each model on it counts its contexts, and the
+ * model's weights leave the device with its last one. */
+typedef struct dev_open {
+    rp_backend *be;
+} dev_open;
+typedef struct dev_model {
     const rp_model *m;
     rp_backend *be;
     int refs;
-} dev_share;
+} dev_model;
 
 #define MAX_SHARED 16
-static dev_share g_share[MAX_SHARED];
+static dev_open g_dev[RP_BACKEND_MAX_DEVICES];
+static dev_model g_models[MAX_SHARED];
 static pthread_mutex_t g_share_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static bool is_cpu_name(const char *d) {
     return !d || !*d || !strcmp(d, "cpu");
 }
 
-/* the device backend of (m, name), opened on first use */
-static rp_status share_get(const rp_model *m, const char *name, rp_backend **out) {
+int rp_ctx_layer_weights(const rp_layer *L, const rp_tensor **out) {
+    const rp_tensor *t[] = {L->attn_norm,
+                            L->attn_norm_b,
+                            L->wq,
+                            L->wk,
+                            L->wv,
+                            L->wo,
+                            L->bq,
+                            L->bk,
+                            L->bv,
+                            L->bo,
+                            L->q_norm,
+                            L->k_norm,
+                            L->attn_post_norm,
+                            L->ffn_norm,
+                            L->ffn_norm_b,
+                            L->ffn_gate,
+                            L->ffn_up,
+                            L->ffn_down,
+                            L->ffn_post_norm};
+    int n = 0;
+    for (size_t i = 0; i < RP_ARRAY_LEN(t); i++)
+        if (t[i]) out[n++] = t[i];
+    return n;
+}
+
+/* every weight of m the device may hold */
+static void forget_model(rp_backend *be, const rp_model *m) {
+    const rp_tensor *io[] = {m->tok_embd, m->output_norm, m->output_norm_b, m->output};
+    for (size_t i = 0; i < RP_ARRAY_LEN(io); i++)
+        if (io[i]) rp_be_forget(be, io[i]);
+    for (uint64_t i = 0; i < m->n_tensors; i++) rp_be_forget(be, &m->tensors[i]);
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const rp_tensor *t[RP_CTX_LAYER_WEIGHTS_MAX];
+        const int n = rp_ctx_layer_weights(&m->layers[l], t);
+        for (int i = 0; i < n; i++) rp_be_forget(be, t[i]);
+    }
+}
+
+static rp_status device_get(const char *name, rp_backend **out) {
     char want[32];
     snprintf(want, sizeof want, "%s", strcmp(name, "vulkan") ? name : "vulkan0");
-    pthread_mutex_lock(&g_share_mu);
-    rp_status s = RP_OK;
-    int free_slot = -1;
-    *out = NULL;
-    for (int i = 0; i < MAX_SHARED && !*out; i++) {
-        if (g_share[i].m == m && g_share[i].be && !strcmp(g_share[i].be->name, want)) {
-            g_share[i].refs++;
-            *out = g_share[i].be;
-        } else if (!g_share[i].be && free_slot < 0) {
-            free_slot = i;
+    for (int i = 0; i < RP_BACKEND_MAX_DEVICES; i++)
+        if (g_dev[i].be && !strcmp(g_dev[i].be->name, want)) {
+            *out = g_dev[i].be;
+            return RP_OK;
         }
+    for (int i = 0; i < RP_BACKEND_MAX_DEVICES; i++)
+        if (!g_dev[i].be) {
+            rp_backend_params p = {0};
+            rp_status s = rp_backend_open(want, &p, out);
+            if (!s) g_dev[i].be = *out;
+            return s;
+        }
+    return rp_fail(RP_ERR_UNSUPPORTED, "device %s: more than %d devices open", want,
+                   RP_BACKEND_MAX_DEVICES);
+}
+
+/* the device backend `name` for a context of m */
+static rp_status share_get(const rp_model *m, const char *name, rp_backend **out) {
+    pthread_mutex_lock(&g_share_mu);
+    *out = NULL;
+    rp_status s = device_get(name, out);
+    int slot = -1;
+    for (int i = 0; i < MAX_SHARED && !s; i++) {
+        if (g_models[i].m == m && g_models[i].be == *out) {
+            slot = i;
+            break;
+        }
+        if (!g_models[i].m && slot < 0) slot = i;
     }
-    if (!*out && free_slot < 0)
+    if (!s && slot < 0)
         s = rp_fail(RP_ERR_UNSUPPORTED, "device %s: more than %d models open on devices at once",
-                    want, MAX_SHARED);
-    if (!*out && !s) {
-        rp_backend_params p = {0};
-        if (!(s = rp_backend_open(want, &p, out))) g_share[free_slot] = (dev_share){m, *out, 1};
+                    name, MAX_SHARED);
+    if (!s) {
+        if (!g_models[slot].m) g_models[slot] = (dev_model){m, *out, 0};
+        g_models[slot].refs++;
     }
     pthread_mutex_unlock(&g_share_mu);
+    if (s) *out = NULL;
     return s;
 }
 
-static void share_put(rp_backend *be) {
+static void share_put(const rp_model *m, rp_backend *be) {
     pthread_mutex_lock(&g_share_mu);
     for (int i = 0; i < MAX_SHARED; i++)
-        if (g_share[i].be == be && --g_share[i].refs == 0) {
-            rp_backend_free(be);
-            g_share[i] = (dev_share){0};
+        if (g_models[i].m == m && g_models[i].be == be && --g_models[i].refs == 0) {
+            forget_model(be, m);
+            g_models[i] = (dev_model){0};
         }
     pthread_mutex_unlock(&g_share_mu);
 }
@@ -119,7 +183,7 @@ void rp_ctx_dev_free(rp_context *c) {
     free(c->bkv);
     c->bkv = NULL;
     if (c->on_device)
-        share_put(c->be);
+        share_put(c->model, c->be);
     else
         rp_backend_free(c->be);
     c->be = NULL;

@@ -30,7 +30,14 @@ static int argmax(const float *x, int n) {
 }
 
 bool golden_run(const char *model, const char *prefix, const char *repeat, golden_result *r) {
+    const golden_opts o = {0};
+    return golden_run_opts(model, prefix, repeat, &o, r);
+}
+
+bool golden_run_opts(const char *model, const char *prefix, const char *repeat,
+                     const golden_opts *o, golden_result *r) {
     memset(r, 0, sizeof *r);
+    if (o->logits) *o->logits = NULL;
     char path[1024];
     int toks[4096], greedy[4096];
     snprintf(path, sizeof path, "%s.tokens.txt", prefix);
@@ -44,10 +51,23 @@ bool golden_run(const char *model, const char *prefix, const char *repeat, golde
         free(ref);
         return false;
     }
+    if (o->max_greedy > 0 && ng > o->max_greedy) ng = o->max_greedy;
     rp_model *m;
-    rp_context *c;
+    rp_context *c = NULL;
     const char *mp = model[0] == '/' ? model : test_shared(model);
-    if (!test_open(mp, repeat, 512, &m, &c)) {
+    if (rp_model_load(mp, NULL, &m)) {
+        fprintf(stderr, "  %s\n", rp_last_error());
+        free(ref);
+        return false;
+    }
+    rp_context_params cp = rp_context_default_params();
+    cp.type_k = cp.type_v = o->type_kv ? o->type_kv : RP_TYPE_F32;
+    cp.n_ctx = 512;
+    cp.repeat_layers = repeat;
+    cp.device = o->device;
+    if (rp_context_new(m, &cp, &c)) {
+        fprintf(stderr, "  %s\n", rp_last_error());
+        rp_model_free(m);
         free(ref);
         return false;
     }
@@ -67,7 +87,11 @@ bool golden_run(const char *model, const char *prefix, const char *repeat, golde
         r->n_pos = n;
         r->max_abs = test_max_abs_diff(ref, mine, (size_t)n * (size_t)nv);
         r->nmse = test_nmse(ref, mine, (size_t)n * (size_t)nv);
-        free(mine);
+        if (o->n_vocab) *o->n_vocab = nv;
+        if (o->logits)
+            *o->logits = mine;
+        else
+            free(mine);
         /* greedy continuation */
         int32_t tok = argmax(rp_get_logits(c, n - 1), nv);
         r->n_greedy = ng;
