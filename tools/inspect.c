@@ -285,10 +285,14 @@ int cmd_inspect(int argc, char **argv) {
 /* reprise gguf-copy IN OUT: read and re-write through reprise's GGUF layer
  * (used by the round-trip tests; bytes must come out identical). */
 int cmd_gguf_copy(int argc, char **argv) {
-    if (argc != 3) {
-        tool_error("gguf-copy", "usage: reprise gguf-copy IN.gguf OUT.gguf");
+    const bool force = argc == 4 && strcmp(argv[3], "--force") == 0;
+    if (argc != 3 && !force) {
+        tool_error("gguf-copy", "usage: reprise gguf-copy IN.gguf OUT.gguf [--force] (--force: "
+                                "write OUT even when it is IN)");
         return 2;
     }
+    rp_output_allow_inputs(force);
+    tool_remove_temps_on_signals();
     rp_status s = rp_gguf_copy(argv[1], argv[2]);
     return s ? tool_fail("gguf-copy", s) : 0;
 }

@@ -120,6 +120,7 @@ struct rp_gguf {
     const uint8_t *base;
     uint64_t size;
     bool mapped;
+    uint64_t dev, ino; /* of the file: an input rp_atomic_open will not replace */
     uint32_t version;
     uint64_t n_kv, n_tensors;
     uint64_t alignment;
@@ -407,6 +408,16 @@ static rp_status parse_kv(cursor *c, rp_gguf *g, uint64_t i) {
             return cur_fail(c, "general.alignment must be a u32 power of two (type %s)",
                             rp_gguf_type_name((int)type));
         }
+        /* The GGUF spec asks for a multiple of 8; llama.cpp checks only for a
+         * power of two (gguf.cpp), but tensor data at 1, 2 or 4 bytes gives
+         * misaligned f32/f64 loads: refused here. */
+        if (kv->val.u % 8) {
+            c->pos = kv->val.offset;
+            return cur_fail(c,
+                            "general.alignment %" PRIu64 " is not a multiple of 8 (the GGUF "
+                            "spec requires it; llama.cpp accepts any power of two)",
+                            kv->val.u);
+        }
         g->alignment = kv->val.u;
     }
     return RP_OK;
@@ -539,13 +550,9 @@ rp_status rp_gguf_open_mem(const void *data, size_t size, rp_gguf **out) {
 
 rp_status rp_gguf_open(const char *path, rp_gguf **out) {
     *out = NULL;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return rp_fail(RP_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return rp_fail(RP_ERR_IO, "'%s' is not a regular file", path);
-    }
+    int fd = rp_open_regular(path, &st);
+    if (fd < 0) return RP_ERR_IO;
     rp_gguf *g = rp_calloc(1, sizeof *g, "GGUF reader");
     if (!g) {
         close(fd);
@@ -569,6 +576,9 @@ rp_status rp_gguf_open(const char *path, rp_gguf **out) {
         }
         g->base = p;
         g->mapped = true;
+        g->dev = (uint64_t)st.st_dev;
+        g->ino = (uint64_t)st.st_ino;
+        rp_input_add(g->dev, g->ino);
     } else {
         g->base = (const uint8_t *)"";
     }
@@ -578,7 +588,10 @@ rp_status rp_gguf_open(const char *path, rp_gguf **out) {
 
 void rp_gguf_close(rp_gguf *g) {
     if (!g) return;
-    if (g->mapped) munmap((void *)g->base, (size_t)g->size);
+    if (g->mapped) {
+        munmap((void *)g->base, (size_t)g->size);
+        rp_input_remove(g->dev, g->ino);
+    }
     arena_free(&g->arena);
     free(g->kv_index.slots);
     free(g->tensor_index.slots);
