@@ -52,3 +52,122 @@ expect_exit rphash_fifo_ignored 0 timeout 20 "$BIN" plan hash "$T/m.gguf"
 rm -f "$T/m.gguf.rphash"; ln -s /dev/zero "$T/m.gguf.rphash"
 expect_exit rphash_dev_zero_ignored 0 timeout 20 "$BIN" plan hash "$T/m.gguf"
 expect_error text_dev_zero_bounded "limit for a text file" timeout 60 "$BIN" run -m "$M" -f /dev/zero -n 1
+
+# ---- the HTTP connection layer -------------------------------------------------
+start_server() { # NAME ARGS...: sets PORT and PID
+    local name=$1; shift
+    "$BIN" serve -m "$M" --port 0 -t 1 "$@" > "$T/$name.out" 2> "$T/$name.err" &
+    PID=$!
+    PORT=""
+    for _ in $(seq 1 300); do
+        PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$T/$name.err" | grep -o '[0-9]*$')
+        [ -n "$PORT" ] && return 0
+        kill -0 "$PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    fail "start_$name" "server did not start: $(tail -3 "$T/$name.err")"
+    return 1
+}
+stop_server() {
+    kill -TERM "$PID" 2>/dev/null
+    for _ in $(seq 1 300); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$PID" 2>/dev/null && { fail "stop_$1" "still running"; kill -KILL "$PID"; }
+    wait "$PID" 2>/dev/null
+}
+# http.py PORT CHECK: prints "ok NAME" / "FAIL NAME: why" lines
+cat > "$T/http.py" <<'PY'
+import socket, sys, time
+port, check = int(sys.argv[1]), sys.argv[2]
+def ok(n): print("ok " + n)
+def fail(n, why): print("FAIL %s: %s" % (n, why))
+def exchange(data, src="127.0.0.1", wait=5.0):
+    s = socket.socket(); s.bind((src, 0)); s.settimeout(wait); s.connect(("127.0.0.1", port))
+    t = time.time(); s.sendall(data); r = b""
+    try:
+        while True:
+            k = s.recv(65536)
+            if not k: break
+            r += k
+    except Exception as e:
+        r += b"<" + type(e).__name__.encode() + b">"
+    s.close()
+    return r, time.time() - t
+def status(r): return r.split(b"\r\n", 1)[0].decode("latin-1")
+HEALTH = b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+BODY = b'{"prompt": "hi", "max_tokens": 1}'
+if check == "framing":
+    for name, data in [
+        ("http_garbage_line_400", b"\x00\x01\x02GARBAGE\r\n\r\n"),
+        ("http_garbage_word_400", b"GARBAGE\r\n\r\n"),
+        ("http_two_content_lengths_400", b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nContent-Length: 5\r\n\r\n" % len(BODY) + BODY),
+        ("http_cl_and_te_400", b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n" % len(BODY) + BODY),
+    ]:
+        r, dt = exchange(data)
+        if status(r).startswith("HTTP/1.1 400") and dt < 1.0: ok(name)
+        else: fail(name, "%r after %.2f s" % (status(r), dt))
+    r, dt = exchange(b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % (len(BODY), len(BODY)) + BODY)
+    if status(r).startswith("HTTP/1.1 200"): ok("http_equal_content_lengths_accepted")
+    else: fail("http_equal_content_lengths_accepted", status(r))
+    # a header line every 0.3 s: cut at the header deadline (1 s), with 408
+    s = socket.create_connection(("127.0.0.1", port)); s.settimeout(5)
+    t = time.time(); s.sendall(b"GET /health HTTP/1.1\r\n"); r = b""
+    try:
+        for i in range(20):
+            s.sendall(b"X-Slow-%d: 1\r\n" % i); time.sleep(0.3)
+    except OSError:
+        pass
+    try:
+        while True:
+            k = s.recv(4096)
+            if not k: break
+            r += k
+    except Exception:
+        pass
+    dt = time.time() - t
+    if status(r).startswith("HTTP/1.1 408") and dt < 3.0: ok("http_header_deadline_408")
+    else: fail("http_header_deadline_408", "%r after %.2f s" % (status(r), dt))
+elif check.startswith("slowloris"):
+    # 600 sockets that send a request line and then a header line now and then,
+    # from other loopback addresses; a normal client is answered at once
+    socks, refused = [], 0
+    srcs = ["127.0.0.2"] if check == "slowloris_one_ip" else ["127.0.0.%d" % (2 + i % 50) for i in range(50)]
+    for i in range(600):
+        s = socket.socket(); s.bind((srcs[i % len(srcs)], 0)); s.settimeout(5)
+        s.connect(("127.0.0.1", port)); s.sendall(b"GET /health HTTP/1.1\r\nX-A: 1\r\n"); socks.append(s)
+    time.sleep(0.3)
+    for s in socks:
+        try:
+            s.sendall(b"X-B: 2\r\n")
+        except OSError:
+            pass
+    worst = 0.0
+    for k in range(5):
+        r, dt = exchange(HEALTH, wait=5)
+        worst = max(worst, dt)
+        if not status(r).startswith("HTTP/1.1 200"): worst = 99; break
+    if worst < 1.0: ok("http_%s_normal_client_served" % check)
+    else: fail("http_%s_normal_client_served" % check, "%r, worst %.2f s" % (status(r), worst))
+    n503 = 0
+    for s in socks:
+        s.setblocking(False)
+        try:
+            if s.recv(64).startswith(b"HTTP/1.1 503"): n503 += 1
+        except OSError:
+            pass
+        s.close()
+    if n503 > 0: ok("http_%s_refused_with_503" % check)
+    else: fail("http_%s_refused_with_503" % check, "no socket got a 503")
+PY
+if start_server H1 --header-timeout 1; then
+    python3 "$T/http.py" "$PORT" framing
+    stop_server H1
+fi
+if start_server H2; then # the defaults: 128 per address, 512 in all
+    python3 "$T/http.py" "$PORT" slowloris_one_ip
+    stop_server H2
+fi
+if start_server H3 --conn-limit 64 --conn-limit-per-ip 0; then
+    python3 "$T/http.py" "$PORT" slowloris_many_ips
+    stop_server H3
+fi
+expect_error serve_empty_alias "alias is empty" "$BIN" serve -m "$M" -a "" --port 0
