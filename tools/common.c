@@ -396,6 +396,25 @@ char *tool_read_text(const char *cmd, const char *path, size_t *len) {
     return buf;
 }
 
+/* ---- threads ---------------------------------------------------------------- */
+
+bool tool_check_threads(const char *cmd, int *n_threads, bool force) {
+    if (*n_threads < 0) {
+        tool_error(cmd, "-t must be at least 0 (0 = the default: physical cores), got %d",
+                   *n_threads);
+        return false;
+    }
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores > 0 && *n_threads > cores && !force) {
+        fprintf(stderr,
+                "%s: note: -t %d is more than the %ld cores here: using %ld (--threads-force keeps "
+                "%d)\n",
+                cmd, *n_threads, cores, cores, *n_threads);
+        *n_threads = (int)cores;
+    }
+    return true;
+}
+
 /* ---- output files ---------------------------------------------------------- */
 
 static void on_fatal_signal(int sig) {

@@ -99,6 +99,7 @@ int cmd_quantize(int argc, char **argv) {
         tool_error(cmd, "unknown type '%s' (see --help for the list)", p.type);
         return 2;
     }
+    if (!tool_check_threads(cmd, &p.n_threads, false)) return 2;
     p.tensor_types = tt.v;
     rp_output_allow_inputs(force);
     tool_remove_temps_on_signals();

@@ -171,3 +171,12 @@ if start_server H3 --conn-limit 64 --conn-limit-per-ip 0; then
     stop_server H3
 fi
 expect_error serve_empty_alias "alias is empty" "$BIN" serve -m "$M" -a "" --port 0
+
+# ---- values ------------------------------------------------------------------
+expect_error run_n_minus_2 "-n must be -1" "$BIN" run -m "$M" -p hi -n -2
+expect_error run_t_minus_3 "-t must be at least 0" "$BIN" run -m "$M" -p hi -n 1 -t -3
+expect_error run_empty_repeat_layers "--repeat-layers is empty" "$BIN" run -m "$M" -p hi -n 1 --repeat-layers ""
+expect_error run_empty_layer_map "--layer-map is empty" "$BIN" run -m "$M" -p hi -n 1 --layer-map ""
+"$BIN" run -m "$M" -p hi -n 4 -t 10000 --temp 0 > /dev/null 2> "$T/err"
+rc=$?
+if [ "$rc" -eq 0 ] && grep -q "note: -t 10000 is more than the $(getconf _NPROCESSORS_ONLN) cores here: using $(getconf _NPROCESSORS_ONLN)" "$T/err"; then ok run_threads_capped; else fail run_threads_capped "rc $rc: $(head -c 300 "$T/err")"; fi
