@@ -257,8 +257,9 @@ static bool run_check(const char *cmd, run_opts *o) {
         return false;
     }
     if (o->n_predict < -1) {
-        tool_error(cmd, "-n must be -1 (until the end of text or a full context) or at least 0, "
-                        "got %d",
+        tool_error(cmd,
+                   "-n must be -1 (until the end of text or a full context) or at least 0, "
+                   "got %d",
                    o->n_predict);
         return false;
     }

@@ -180,3 +180,43 @@ expect_error run_empty_layer_map "--layer-map is empty" "$BIN" run -m "$M" -p hi
 "$BIN" run -m "$M" -p hi -n 4 -t 10000 --temp 0 > /dev/null 2> "$T/err"
 rc=$?
 if [ "$rc" -eq 0 ] && grep -q "note: -t 10000 is more than the $(getconf _NPROCESSORS_ONLN) cores here: using $(getconf _NPROCESSORS_ONLN)" "$T/err"; then ok run_threads_capped; else fail run_threads_capped "rc $rc: $(head -c 300 "$T/err")"; fi
+
+# ---- weights -----------------------------------------------------------------
+# gguf_patch.py IN OUT TENSOR HEX: OUT is IN with every 4-byte word of TENSOR's data set to HEX
+cat > "$T/gguf_patch.py" <<'PY'
+import struct, sys
+d = bytearray(open(sys.argv[1], 'rb').read()); o = 4
+def u(f):
+    global o; v = struct.unpack_from('<' + f, d, o)[0]; o += struct.calcsize('<' + f); return v
+def s():
+    global o; n = u('Q'); v = bytes(d[o:o + n]).decode(); o += n; return v
+size = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+def val(t):
+    global o
+    if t == 8: s(); return
+    if t == 9:
+        et = u('I')
+        for _ in range(u('Q')): val(et)
+        return
+    o += size[t]
+u('I'); nt = u('Q'); nkv = u('Q'); align = 32
+for _ in range(nkv):
+    k = s(); t = u('I'); at = o; val(t)
+    if k == 'general.alignment': align = struct.unpack_from('<I', d, at)[0]
+ts = {}
+for _ in range(nt):
+    name = s(); nd = u('I'); ne = [u('Q') for _ in range(nd)]; ty = u('I'); off = u('Q')
+    n = 1
+    for x in ne: n *= x
+    ts[name] = (ty, off, n)
+base = (o + align - 1) // align * align
+ty, off, n = ts[sys.argv[3]]
+assert ty == 0, "F32 tensors only"
+word = bytes.fromhex(sys.argv[4])
+for i in range(n): d[base + off + 4 * i: base + off + 4 * i + 4] = word
+open(sys.argv[2], 'wb').write(d)
+PY
+python3 "$T/gguf_patch.py" "$M" "$T/nan.gguf" output_norm.weight 0000c07f
+expect_error nan_weights_error "are not finite" "$BIN" run -m "$T/nan.gguf" -p hi -n 2
+python3 "$T/gguf_patch.py" "$M" "$T/inf.gguf" output_norm.weight 0000807f
+expect_error inf_weights_error "position [0-9]*) are not finite" "$BIN" run -m "$T/inf.gguf" -p hi -n 2
