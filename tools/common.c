@@ -199,7 +199,18 @@ void tool_error(const char *cmd, const char *fmt, ...) {
 
 int tool_fail(const char *cmd, rp_status s) {
     const char *m = rp_last_error();
-    tool_error(cmd, "%s", m && *m ? m : rp_status_str(s));
+    /* messages quote names from files: no terminal control byte gets through */
+    char safe[4096];
+    size_t k = 0;
+    for (const unsigned char *p = (const unsigned char *)(m && *m ? m : rp_status_str(s));
+         *p && k + 5 < sizeof safe; p++) {
+        if ((*p < 0x20 && *p != '\n' && *p != '\t') || *p == 0x7f)
+            k += (size_t)snprintf(safe + k, sizeof safe - k, "\\x%02x", *p);
+        else
+            safe[k++] = (char)*p;
+    }
+    safe[k] = 0;
+    tool_error(cmd, "%s", safe);
     return 1;
 }
 

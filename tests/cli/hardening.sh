@@ -220,3 +220,16 @@ python3 "$T/gguf_patch.py" "$M" "$T/nan.gguf" output_norm.weight 0000c07f
 expect_error nan_weights_error "are not finite" "$BIN" run -m "$T/nan.gguf" -p hi -n 2
 python3 "$T/gguf_patch.py" "$M" "$T/inf.gguf" output_norm.weight 0000807f
 expect_error inf_weights_error "position [0-9]*) are not finite" "$BIN" run -m "$T/inf.gguf" -p hi -n 2
+
+# inspect prints key and tensor names escaped (no terminal escape gets through)
+python3 - "$M" "$T/esc.gguf" <<'PY'
+import sys
+d = open(sys.argv[1], 'rb').read()
+j = d.index(b'output_norm.weight')
+d = d[:j] + b'\x1b[2Jut_norm.weight' + d[j + 18:]  # the same length
+open(sys.argv[2], 'wb').write(d)
+PY
+"$BIN" inspect "$T/esc.gguf" > "$T/out" 2>&1
+if grep -q $'\x1b' "$T/out"; then fail inspect_escapes_names "an ESC byte reached the output"
+elif grep -qF '\x1b[2Jut_norm.weight' "$T/out"; then ok inspect_escapes_names
+else fail inspect_escapes_names "$(grep -n norm "$T/out" | head -3)"; fi
