@@ -495,6 +495,45 @@ static rp_status parse_tensor_info(cursor *c, rp_gguf *g, uint64_t i) {
     return RP_OK;
 }
 
+typedef struct span {
+    uint64_t offset, nbytes, index;
+} span;
+static int by_offset(const void *pa, const void *pb) {
+    const span *a = pa, *b = pb;
+    if (a->offset != b->offset) return a->offset < b->offset ? -1 : 1;
+    return a->nbytes < b->nbytes ? -1 : a->nbytes > b->nbytes;
+}
+
+/* No two tensors' bytes overlap, unless they are the same bytes (same offset
+ * and size: an alias, as a tied embedding may be stored once). llama.cpp
+ * requires every tensor to follow the previous one; reprise takes any order. */
+static rp_status check_overlaps(cursor *c, rp_gguf *g) {
+    if (g->n_tensors < 2) return RP_OK;
+    span *sp = rp_malloc((size_t)g->n_tensors * sizeof *sp, "tensor order");
+    if (!sp) return RP_ERR_NOMEM;
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        sp[i] = (span){g->tensors[i].offset, g->tensors[i].nbytes, i};
+    qsort(sp, (size_t)g->n_tensors, sizeof *sp, by_offset);
+    rp_status s = RP_OK;
+    uint64_t hold = 0; /* the span reaching furthest so far */
+    for (uint64_t k = 1; k < g->n_tensors && !s; k++) {
+        const span *a = &sp[k - 1], *b = &sp[k], *h = &sp[hold];
+        if (b->offset == a->offset && b->nbytes == a->nbytes) continue; /* an alias */
+        if (b->offset < h->offset + h->nbytes) {
+            const rp_gguf_tensor *tb = &g->tensors[b->index], *th = &g->tensors[h->index];
+            c->pos = tb->info_offset;
+            snprintf(c->where, sizeof c->where, "tensor '%.120s'", tb->name);
+            s = cur_fail(c,
+                         "data [%" PRIu64 ", +%" PRIu64 ") overlaps tensor '%.120s' [%" PRIu64
+                         ", +%" PRIu64 ")",
+                         b->offset, b->nbytes, th->name, h->offset, h->nbytes);
+        }
+        if (b->offset + b->nbytes > h->offset + h->nbytes) hold = k;
+    }
+    free(sp);
+    return s;
+}
+
 /* The data section after the infos: every tensor's bytes inside the file. */
 static rp_status place_data(cursor *c, rp_gguf *g) {
     c->where[0] = 0;
@@ -513,7 +552,7 @@ static rp_status place_data(cursor *c, rp_gguf *g) {
         }
         t->data = g->base + start;
     }
-    return RP_OK;
+    return check_overlaps(c, g);
 }
 
 static rp_status parse(rp_gguf *g) {

@@ -52,3 +52,76 @@ void test_hardening_bpe_unencodable_text(void) {
     rp_model_free(m);
     unlink(path);
 }
+
+/* stories260K with its vocabulary cut to n tokens (the embedding keeps 512 rows). */
+static rp_status cut_vocab(const char *path, uint64_t n) {
+    rp_gguf *g;
+    rp_status s = rp_gguf_open(test_shared("models/stories260K.gguf"), &g);
+    if (s) return s;
+    rp_gguf_writer *w = rp_gguf_writer_new();
+    s = rp_gguf_w_copy_kv(w, g);
+    const char *names[] = {"tokenizer.ggml.tokens", "tokenizer.ggml.scores",
+                           "tokenizer.ggml.token_type"};
+    for (int k = 0; k < 3 && !s; k++) {
+        rp_gguf_val v = *rp_gguf_get(g, names[k]);
+        v.arr.n = n;
+        s = rp_gguf_w_set(w, names[k], &v);
+    }
+    for (uint64_t i = 0; i < rp_gguf_n_tensors(g) && !s; i++) {
+        const rp_gguf_tensor *t = rp_gguf_tensor_at(g, i);
+        s = rp_gguf_w_add_tensor(w, t->name, (int)t->type, t->n_dims, t->ne, t->data);
+    }
+    if (!s) s = rp_gguf_w_write(w, path, NULL, NULL);
+    rp_gguf_writer_free(w);
+    rp_gguf_close(g);
+    return s;
+}
+
+/* A 100-token vocabulary over a 512-row embedding: ids 100..511 would have
+ * no text (llama.cpp refuses it too). */
+void test_hardening_vocab_smaller_than_embedding(void) {
+    const char *path = test_tmp("hard-vocab100.gguf");
+    REQUIRE(cut_vocab(path, 100) == RP_OK, "%s", rp_last_error());
+    rp_model_params mp = rp_model_default_params();
+    rp_model *m = NULL;
+    CHECK(rp_model_load(path, &mp, &m) == RP_ERR_FORMAT, "loaded");
+    CHECK(strstr(rp_last_error(), "100 tokens") && strstr(rp_last_error(), "512 rows"),
+          "message: %s", rp_last_error());
+    rp_model_free(m);
+    REQUIRE(cut_vocab(path, 512) == RP_OK, "%s", rp_last_error());
+    CHECK(rp_model_load(path, &mp, &m) == RP_OK, "%s", rp_last_error());
+    rp_model_free(m);
+    unlink(path);
+}
+
+/* Tensors whose bytes overlap are refused, naming both; the same bytes
+ * under two names (an alias) are not. */
+void test_hardening_overlapping_tensors(void) {
+    float a[64] = {0};
+    int64_t ne8[1] = {8}, ne16[1] = {16};
+    rp_gguf_writer *w = rp_gguf_writer_new();
+    REQUIRE(w, "writer");
+    rp_gguf_w_add_tensor(w, "x", RP_TYPE_F32, 1, ne16, a);
+    rp_gguf_w_add_tensor(w, "y", RP_TYPE_F32, 1, ne8, a);
+    const char *path = test_tmp("hard-overlap.gguf");
+    REQUIRE(rp_gguf_w_write(w, path, NULL, NULL) == RP_OK, "%s", rp_last_error());
+    rp_gguf_writer_free(w);
+    size_t n;
+    unsigned char *d = test_read(path, &n);
+    REQUIRE(d, "read back");
+    rp_gguf *g;
+    REQUIRE(rp_gguf_open_mem(d, n, &g) == RP_OK, "%s", rp_last_error());
+    const uint64_t off_x = rp_gguf_tensor_at(g, 0)->info_offset + 8 + 1 + 4 + 8 + 4,
+                   off_y = rp_gguf_tensor_at(g, 1)->info_offset + 8 + 1 + 4 + 8 + 4;
+    rp_gguf_close(g);
+    uint64_t v = 32; /* y inside x's 64 bytes */
+    memcpy(d + off_y, &v, 8);
+    CHECK(rp_gguf_open_mem(d, n, &g) == RP_ERR_FORMAT, "overlap accepted");
+    CHECK(strstr(rp_last_error(), "overlaps tensor 'x'"), "message: %s", rp_last_error());
+    v = 0; /* both at 0 with different sizes: still an overlap */
+    memcpy(d + off_y, &v, 8);
+    CHECK(rp_gguf_open_mem(d, n, &g) == RP_ERR_FORMAT, "offset 0 twice accepted");
+    (void)off_x;
+    free(d);
+    unlink(path);
+}
