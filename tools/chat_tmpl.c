@@ -45,27 +45,25 @@ static char *token_text(const rp_vocab *v, int32_t id) {
     return s ? strdup(s) : NULL;
 }
 
-/* Compiles src as t's Jinja template; false after printing why (what names it). */
-static bool compile(const char *cmd, const char *src, const char *what, chat_tmpl *t) {
+#define FAIL(...) (snprintf(err, err_size, __VA_ARGS__), false)
+
+/* Compiles src as t's Jinja template; false with the reason in err. */
+static bool compile(const char *src, const char *what, chat_tmpl *t, char *err, size_t err_size) {
     rp_status s = rp_chat_template_new(src, &t->jt);
-    if (s) {
-        tool_error(cmd, "%s does not compile: %s", what, rp_last_error());
-        return false;
-    }
+    if (s) return FAIL("%s does not compile: %s", what, rp_last_error());
     return true;
 }
 
-static bool choose(const char *cmd, const tmpl_opts *o, const char *own, chat_tmpl *t) {
-    if (o->file && o->name) {
-        tool_error(cmd, "--chat-template and --chat-template-file are alternatives; give one");
-        return false;
-    }
+static bool choose(const char *cmd, const tmpl_opts *o, const char *own, chat_tmpl *t, char *err,
+                   size_t err_size) {
+    if (o->file && o->name)
+        return FAIL("--chat-template and --chat-template-file are alternatives; give one");
     if (o->file) {
         size_t len = 0;
         char *src = tool_read_text(cmd, o->file, &len);
-        if (!src) return false;
+        if (!src) return FAIL("--chat-template-file: cannot read '%s'", o->file);
         snprintf(t->what, sizeof t->what, "jinja (%s)", base_name(o->file));
-        bool ok = compile(cmd, src, "--chat-template-file", t);
+        bool ok = compile(src, "--chat-template-file", t, err, err_size);
         free(src);
         return ok;
     }
@@ -82,36 +80,31 @@ static bool choose(const char *cmd, const tmpl_opts *o, const char *own, chat_tm
             snprintf(t->what, sizeof t->what, "%s", o->name);
             return true;
         }
-        if (!looks_like_jinja(o->name)) {
-            tool_error(cmd,
-                       "unknown chat template '%.60s': give a family (%s), 'jinja', a Jinja "
-                       "template text, or --chat-template-file",
-                       o->name, rp_chat_names());
-            return false;
-        }
+        if (!looks_like_jinja(o->name))
+            return FAIL("unknown chat template '%.60s': give a family (%s), 'jinja', a Jinja "
+                        "template text, or --chat-template-file",
+                        o->name, rp_chat_names());
         snprintf(t->what, sizeof t->what, "jinja (--chat-template text)");
-        return compile(cmd, o->name, "--chat-template", t);
+        return compile(o->name, "--chat-template", t, err, err_size);
     }
     const bool jinja = o->jinja || (o->name && !strcmp(o->name, "jinja"));
-    if (!own || !*own) {
-        tool_error(cmd,
-                   "the model has no chat template (tokenizer.chat_template): give --chat-template "
-                   "NAME|TEXT or --chat-template-file FILE (families: %s)",
-                   rp_chat_names());
-        return false;
-    }
+    if (!own || !*own)
+        return FAIL("the model has no chat template (tokenizer.chat_template): give "
+                    "--chat-template NAME|TEXT or --chat-template-file FILE (families: %s)",
+                    rp_chat_names());
     if (!jinja && rp_chat_detect(own)) {
         snprintf(t->what, sizeof t->what, "%s (detected)", rp_chat_detect(own));
         return true;
     }
     snprintf(t->what, sizeof t->what, "jinja (the model's template)");
-    return compile(cmd, own, "the model's chat template", t);
+    return compile(own, "the model's chat template", t, err, err_size);
 }
 
-bool chat_tmpl_open(const char *cmd, const tmpl_opts *o, const rp_model *m, chat_tmpl *t) {
+bool chat_tmpl_open(const char *cmd, const tmpl_opts *o, const rp_model *m, chat_tmpl *t,
+                    char *err, size_t err_size) {
     memset(t, 0, sizeof *t);
     const rp_vocab *v = rp_model_vocab(m);
-    if (!choose(cmd, o, rp_model_meta_str(m, "tokenizer.chat_template"), t)) {
+    if (!choose(cmd, o, rp_model_meta_str(m, "tokenizer.chat_template"), t, err, err_size)) {
         chat_tmpl_free(t);
         return false;
     }
@@ -122,7 +115,7 @@ bool chat_tmpl_open(const char *cmd, const tmpl_opts *o, const rp_model *m, chat
     rp_status s = chat_tmpl_render(t, m, &probe, 1, true, -1, &out);
     free(out);
     if (s) {
-        tool_error(cmd, "chat template %s: %s", t->what, rp_last_error());
+        snprintf(err, err_size, "chat template %s: %s", t->what, rp_last_error());
         chat_tmpl_free(t);
         return false;
     }
@@ -217,13 +210,26 @@ rp_status chat_tmpl_render_json(const chat_tmpl *t, const rp_model *m, const cha
     return s;
 }
 
-bool tool_check_template(const char *cmd, const model_opts *mo, const tmpl_opts *o, chat_tmpl *t) {
+bool tool_check_template_err(const char *cmd, const model_opts *mo, const tmpl_opts *o,
+                             chat_tmpl *t, char *err, size_t err_size) {
     memset(t, 0, sizeof *t);
-    if (!mo->model) return true; /* tool_load says so */
+    snprintf(err, err_size, "no model");
+    if (!mo->model) return false;
     rp_model *m = tool_load_model(cmd, mo->model, true);
-    if (!m) return false;
-    bool ok = chat_tmpl_open(cmd, o, m, t);
+    if (!m) return FAIL("cannot read the model's tokenizer");
+    bool ok = chat_tmpl_open(cmd, o, m, t, err, err_size);
     rp_model_free(m);
+    return ok;
+}
+
+bool tool_check_template(const char *cmd, const model_opts *mo, const tmpl_opts *o, chat_tmpl *t) {
+    if (!mo->model) { /* tool_load says so */
+        memset(t, 0, sizeof *t);
+        return true;
+    }
+    char err[512];
+    bool ok = tool_check_template_err(cmd, mo, o, t, err, sizeof err);
+    if (!ok) tool_error(cmd, "%s", err);
     if (ok && g_verbosity >= 2) fprintf(stderr, "chat template: %s\n", t->what);
     return ok;
 }

@@ -32,12 +32,16 @@ typedef struct chat_tmpl {
 } chat_tmpl;
 
 /* Chooses and checks the template for model m (a vocabulary-only load is
- * enough) and renders a probe conversation; false after printing why. */
-bool chat_tmpl_open(const char *cmd, const tmpl_opts *o, const rp_model *m, chat_tmpl *t);
+ * enough) and renders a probe conversation; false with the reason in err. */
+bool chat_tmpl_open(const char *cmd, const tmpl_opts *o, const rp_model *m, chat_tmpl *t,
+                    char *err, size_t err_size);
 void chat_tmpl_free(chat_tmpl *t);
 /* chat_tmpl_open from the metadata of mo->model (its tokenizer only), before
  * the weights load. */
 bool tool_check_template(const char *cmd, const model_opts *mo, const tmpl_opts *o, chat_tmpl *t);
+/* The same, the reason in err instead of printed. */
+bool tool_check_template_err(const char *cmd, const model_opts *mo, const tmpl_opts *o,
+                             chat_tmpl *t, char *err, size_t err_size);
 
 /* Renders msgs (roles system/user/assistant) for model m; enable_thinking -1
  * = the template's default. *out malloc'ed. */
