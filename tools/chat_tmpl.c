@@ -100,8 +100,8 @@ static bool choose(const char *cmd, const tmpl_opts *o, const char *own, chat_tm
     return compile(own, "the model's chat template", t, err, err_size);
 }
 
-bool chat_tmpl_open(const char *cmd, const tmpl_opts *o, const rp_model *m, chat_tmpl *t,
-                    char *err, size_t err_size) {
+bool chat_tmpl_open(const char *cmd, const tmpl_opts *o, const rp_model *m, chat_tmpl *t, char *err,
+                    size_t err_size) {
     memset(t, 0, sizeof *t);
     const rp_vocab *v = rp_model_vocab(m);
     if (!choose(cmd, o, rp_model_meta_str(m, "tokenizer.chat_template"), t, err, err_size)) {

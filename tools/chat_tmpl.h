@@ -33,8 +33,8 @@ typedef struct chat_tmpl {
 
 /* Chooses and checks the template for model m (a vocabulary-only load is
  * enough) and renders a probe conversation; false with the reason in err. */
-bool chat_tmpl_open(const char *cmd, const tmpl_opts *o, const rp_model *m, chat_tmpl *t,
-                    char *err, size_t err_size);
+bool chat_tmpl_open(const char *cmd, const tmpl_opts *o, const rp_model *m, chat_tmpl *t, char *err,
+                    size_t err_size);
 void chat_tmpl_free(chat_tmpl *t);
 /* chat_tmpl_open from the metadata of mo->model (its tokenizer only), before
  * the weights load. */

@@ -303,7 +303,8 @@ static enum MHD_Result dispatch(srv_req *r) {
             if (!strcmp(g_routes[i].method, r->method)) rt = &g_routes[i];
         }
     if (!rt && path_known && !strcmp(r->method, "OPTIONS")) { /* a CORS preflight */
-        struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+        struct MHD_Response *resp =
+            MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
         if (resp) MHD_add_response_header(resp, "Allow", "GET, POST, OPTIONS");
         return queue(r, 204, resp);
     }
@@ -747,13 +748,13 @@ static struct MHD_Daemon *serve_start(const char *cmd, const serve_opts *o, srv_
     }
     unsigned idle = o->timeout > 0 && o->timeout < 600 ? (unsigned)o->timeout + 1 : 600;
     /* the logger goes first: libmicrohttpd warns about options read before it */
-    struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC |
-            MHD_USE_POLL | MHD_USE_ERROR_LOG,
-        0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-        MHD_OPTION_LISTEN_SOCKET, (MHD_socket)lfd, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-        MHD_OPTION_CONNECTION_TIMEOUT, idle, MHD_OPTION_CONNECTION_LIMIT, (unsigned)SRV_CONN_LIMIT,
-        MHD_OPTION_END);
+    struct MHD_Daemon *d =
+        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+                             MHD_USE_ITC | MHD_USE_POLL | MHD_USE_ERROR_LOG,
+                         0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                         MHD_OPTION_LISTEN_SOCKET, (MHD_socket)lfd, MHD_OPTION_NOTIFY_COMPLETED,
+                         on_completed, srv, MHD_OPTION_CONNECTION_TIMEOUT, idle,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)SRV_CONN_LIMIT, MHD_OPTION_END);
     if (!d) {
         tool_error(cmd, "cannot start the HTTP server on %s:%d", o->host, bound);
         close(lfd);

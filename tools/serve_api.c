@@ -343,10 +343,10 @@ json_t *api_fields_json(void) {
     static const char *const how[] = {"implemented", "refused", "accepted, no effect"};
     json_t *a = json_array();
     for (const api_field *f = g_api_fields; a && f->name; f++)
-        json_array_append_new(
-            a, json_pack("{s:s,s:s,s:b,s:b,s:b,s:s}", "name", f->name, "handling", how[f->how],
-                         "completions", (f->apis & A_CMPL) != 0, "chat", (f->apis & A_CHAT) != 0,
-                         "native", (f->apis & A_NATIVE) != 0, "note", f->note));
+        json_array_append_new(a, json_pack("{s:s,s:s,s:b,s:b,s:b,s:s}", "name", f->name, "handling",
+                                           how[f->how], "completions", (f->apis & A_CMPL) != 0,
+                                           "chat", (f->apis & A_CHAT) != 0, "native",
+                                           (f->apis & A_NATIVE) != 0, "note", f->note));
     return a;
 }
 
@@ -390,8 +390,9 @@ static void gen_params_free(gen_params *p) {
  * to what a served plan runs. -1 after refusing. */
 static int pick_plan(srv_server *srv, const json_t *p, api_err *e) {
     if (!json_is_string(p)) {
-        refuse(e, 400, "invalid_type", "'plan' must be a string (a served plan's name or spec), "
-                                       "got %s",
+        refuse(e, 400, "invalid_type",
+               "'plan' must be a string (a served plan's name or spec), "
+               "got %s",
                json_kind(p));
         return -1;
     }
@@ -434,8 +435,9 @@ static int pick_entry(srv_server *srv, const json_t *body, api_err *e) {
     }
     if (by_plan >= 0) {
         if (by_model >= 0 && by_model != by_plan) {
-            refuse(e, 400, "invalid_value", "'model' '%.100s' and 'plan' '%.100s' name different "
-                                            "plans; give one",
+            refuse(e, 400, "invalid_value",
+                   "'model' '%.100s' and 'plan' '%.100s' name different "
+                   "plans; give one",
                    json_string_value(m), json_string_value(p));
             return -1;
         }
@@ -612,8 +614,7 @@ static bool read_logit_bias(srv_server *srv, const json_t *body, gen_extra *x, a
             int32_t *t = NULL;
             size_t n = 0;
             if (rp_tokenize(v, json_string_value(k), json_string_length(k), false, false, &t, &n))
-                return refuse(e, 422, "invalid_value", "'logit_bias[%zu]': %s", i,
-                              rp_last_error());
+                return refuse(e, 422, "invalid_value", "'logit_bias[%zu]': %s", i, rp_last_error());
             bool ok = true;
             for (size_t j = 0; j < n && ok; j++) ok = bias_add(x, t[j], b);
             free(t);
@@ -738,7 +739,8 @@ static bool read_prompt(srv_server *srv, const json_t *body, int32_t **toks, int
 
 /* One message's content as text: a string, or the text of its parts. */
 static bool content_text(const json_t *content, size_t i, tbuf *out, api_err *e) {
-    if (!content || json_is_null(content)) return tbuf_add(out, "", 0) ? true : refuse(e, 500, NULL, "out of memory");
+    if (!content || json_is_null(content))
+        return tbuf_add(out, "", 0) ? true : refuse(e, 500, NULL, "out of memory");
     if (json_is_string(content)) {
         if (memchr(json_string_value(content), 0, json_string_length(content)))
             return refuse(e, 422, "invalid_value",
@@ -815,8 +817,8 @@ static bool render_messages(srv_server *srv, const json_t *body, const char *kwa
         rp_status s = chat_tmpl_render_json(&srv->tmpl, srv->model, js, NULL, kwargs, true, text,
                                             err, sizeof err);
         if (s)
-            ok = refuse(e, s == RP_ERR_NOMEM ? 500 : 422, "invalid_value", "chat template: %s",
-                        err);
+            ok =
+                refuse(e, s == RP_ERR_NOMEM ? 500 : 422, "invalid_value", "chat template: %s", err);
     }
     free(js);
     return ok;
@@ -858,11 +860,11 @@ typedef struct api_reply {
     int n_prompt;
     bool include_usage;
     bool role_sent;
-    gen_params gp; /* as used (seed resolved) */
-    srv_task *task;      /* for the log-probabilities of streamed chunks */
-    size_t n_chunks;     /* text chunks streamed so far */
-    size_t probs_sent;   /* tokens whose log-probabilities were streamed */
-    size_t text_off;     /* /v1/completions: text offset of the next streamed token */
+    gen_params gp;     /* as used (seed resolved) */
+    srv_task *task;    /* for the log-probabilities of streamed chunks */
+    size_t n_chunks;   /* text chunks streamed so far */
+    size_t probs_sent; /* tokens whose log-probabilities were streamed */
+    size_t text_off;   /* /v1/completions: text offset of the next streamed token */
 } api_reply;
 
 static uint64_t mix64(uint64_t x) { /* splitmix64 finaliser */
@@ -978,8 +980,8 @@ static json_t *probs_json(const api_reply *a, const srv_prob *p, size_t n, size_
             }
             json_array_append_new(tops, top);
         }
-        return json_pack("{s:o,s:o,s:o,s:o}", "tokens", toks, "token_logprobs", lps,
-                         "top_logprobs", tops, "text_offset", offs);
+        return json_pack("{s:o,s:o,s:o,s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs",
+                         tops, "text_offset", offs);
     }
     json_t *arr = json_array();
     const bool prob = a->kind == K_NATIVE && a->gp.post_sampling_probs;
@@ -1001,8 +1003,9 @@ static json_t *task_probs(api_reply *a, size_t from, size_t to, size_t *offset) 
     const size_t have = t->probs.len / sizeof(srv_prob);
     if (to > have) to = have;
     srv_prob *copy = to > from ? malloc((to - from) * sizeof *copy) : NULL;
-    if (copy) memcpy(copy, (const srv_prob *)(const void *)t->probs.data + from,
-                     (to - from) * sizeof *copy);
+    if (copy)
+        memcpy(copy, (const srv_prob *)(const void *)t->probs.data + from,
+               (to - from) * sizeof *copy);
     srv_unlock(a->srv->engine);
     json_t *j = probs_json(a, copy, copy ? to - from : 0, offset);
     free(copy);
@@ -1024,9 +1027,9 @@ static json_t *final_json(const api_reply *a, const srv_task *t) {
                                             t->probs.len / sizeof(srv_prob), &off)
                                : json_null();
     if (a->kind == K_CHAT)
-        choice =
-            json_pack("{s:i,s:{s:s,s:s%},s:o,s:s}", "index", 0, "message", "role", "assistant",
-                      "content", text, n, "logprobs", lp, "finish_reason", finish_reason(t->finish));
+        choice = json_pack("{s:i,s:{s:s,s:s%},s:o,s:s}", "index", 0, "message", "role", "assistant",
+                           "content", text, n, "logprobs", lp, "finish_reason",
+                           finish_reason(t->finish));
     else
         choice = json_pack("{s:s%,s:i,s:o,s:s}", "text", text, n, "index", 0, "logprobs", lp,
                            "finish_reason", finish_reason(t->finish));
@@ -1050,8 +1053,10 @@ static json_t *chunk_json(api_reply *a, const char *text, size_t n, const char *
     if (!lp) lp = json_null();
     if (a->kind == K_NATIVE) {
         json_t *j = json_pack("{s:s%,s:b}", "content", text, n, "stop", 0);
-        if (j && a->gp.n_probs > 0) json_object_set_new(j, "completion_probabilities", lp);
-        else json_decref(lp);
+        if (j && a->gp.n_probs > 0)
+            json_object_set_new(j, "completion_probabilities", lp);
+        else
+            json_decref(lp);
         return j;
     }
     json_t *choice;
@@ -1108,8 +1113,10 @@ static bool emit(void *user, tbuf *out, const char *text, size_t n, const srv_ta
     if (a->kind == K_NATIVE) {
         json_t *j = native_result(a, done, "", 0);
         json_t *lp = chunk_probs(a, SIZE_MAX);
-        if (j && lp) json_object_set_new(j, "completion_probabilities", lp);
-        else json_decref(lp);
+        if (j && lp)
+            json_object_set_new(j, "completion_probabilities", lp);
+        else
+            json_decref(lp);
         return sse(out, j);
     }
     if (!sse(out, chunk_json(a, "", 0, finish_reason(done->finish), chunk_probs(a, SIZE_MAX))))
@@ -1267,7 +1274,8 @@ static enum MHD_Result generate(srv_req *r, json_t *body, api_kind kind) {
     }
     gen_extra_free(&x);
     for (int i = 0; ok && i < a->gp.n_stop; i++)
-        if (!(t->stop[t->n_stop++] = strdup(a->gp.stop[i]))) ok = refuse(&e, 500, NULL, "out of memory");
+        if (!(t->stop[t->n_stop++] = strdup(a->gp.stop[i])))
+            ok = refuse(&e, 500, NULL, "out of memory");
     if (!ok) {
         free(toks);
         if (t) srv_release(srv->engine, t);
@@ -1397,7 +1405,8 @@ enum MHD_Result api_detokenize(srv_req *r, json_t *body) {
     json_t *j = ok ? json_pack("{s:s%}", "content", clean.data ? clean.data : "", clean.len) : NULL;
     tbuf_free(&clean);
     if (j) {
-        json_object_set_new(j, "chat_template_used", json_string(srv->chat_ok ? srv->tmpl.what : ""));
+        json_object_set_new(j, "chat_template_used",
+                            json_string(srv->chat_ok ? srv->tmpl.what : ""));
         json_object_set_new(j, "request_fields", api_fields_json());
     }
     return srv_reply_json(r, 200, j);
@@ -1511,8 +1520,8 @@ enum MHD_Result api_models(srv_req *r, json_t *body) {
                               ? "any: this server has one model and serves every model name"
                               : "by id: a request's model (or plan) picks one of these; none "
                                 "picks the first";
-    return srv_reply_json(r, 200, json_pack("{s:s,s:o,s:s}", "object", "list", "data", data,
-                                            "routing", routing));
+    return srv_reply_json(
+        r, 200, json_pack("{s:s,s:o,s:s}", "object", "list", "data", data, "routing", routing));
 }
 
 enum MHD_Result api_props(srv_req *r, json_t *body) {
@@ -1553,7 +1562,8 @@ enum MHD_Result api_props(srv_req *r, json_t *body) {
                           srv->chat_ok, "build_info", "reprise " RP_VERSION);
     tbuf_free(&clean);
     if (j) {
-        json_object_set_new(j, "chat_template_used", json_string(srv->chat_ok ? srv->tmpl.what : ""));
+        json_object_set_new(j, "chat_template_used",
+                            json_string(srv->chat_ok ? srv->tmpl.what : ""));
         json_object_set_new(j, "request_fields", api_fields_json());
     }
     return srv_reply_json(r, 200, j);
@@ -1604,8 +1614,8 @@ enum MHD_Result api_metrics(srv_req *r, json_t *body) {
     tbuf out = {0};
     bool ok = true;
     for (size_t i = 0; ok && i < ARRAY_LEN(rows); i++)
-        ok = tbuf_printf(&out, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", rows[i].name,
-                         rows[i].help, rows[i].name, rows[i].type, rows[i].name, rows[i].v);
+        ok = tbuf_printf(&out, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", rows[i].name, rows[i].help,
+                         rows[i].name, rows[i].type, rows[i].name, rows[i].v);
     enum MHD_Result ret =
         ok ? srv_reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", out.data, out.len)
            : srv_reply_error(r, 500, "server_error", NULL, "out of memory");
