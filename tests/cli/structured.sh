@@ -97,3 +97,29 @@ grep -q "^timing: " "$T/both" && ok timing_own_line || fail timing_own_line "$(t
 grep -q "past the model's training context" "$T/err" && ok ctx_past_training_warns || fail ctx_past_training_warns "$(head -3 "$T/err")"
 "$BIN" inspect "$M" --json --repeat-layers 1,3 > "$T/i.json" 2>/dev/null
 python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$T/i.json" 2>/dev/null && ok inspect_json_with_plan || fail inspect_json_with_plan "$(head -c 200 "$T/i.json")"
+
+# ---- a model's own Jinja template (Qwen3's, in a synthetic model with its vocabulary): --jinja
+# renders what the built-in family renders, turn after turn, with and without thinking
+V="$S/vocab/qwen3/ggml-vocab-qwen3.gguf"
+Q="$T/q3.gguf"
+if "$BIN" synth --arch qwen3 --n-embd 64 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 128 --vocab "$V" --type q8_0 --tied -o "$Q" 2>/dev/null; then
+    for think in "" --no-think; do
+        a=$(printf 'Hello there\nAnd then?\n' | "$BIN" chat -m "$Q" --temp 0 -n 6 -t 1 -q $think)
+        b=$(printf 'Hello there\nAnd then?\n' | "$BIN" chat -m "$Q" --temp 0 -n 6 -t 1 -q --jinja $think)
+        [ -n "$a" ] && [ "$a" = "$b" ] && ok "jinja_model_template_equals_builtin${think}" || fail "jinja_model_template_equals_builtin${think}" "'$a' vs '$b'"
+    done
+    "$BIN" chat -m "$Q" -t 1 --jinja -v < /dev/null 2>&1 | grep -q "chat template: jinja (the model's template)" \
+        && ok jinja_reported || fail jinja_reported "no 'chat template: jinja' line at -v"
+    # serve --jinja renders the same prompt /apply-template returns
+    "$BIN" serve -m "$Q" --port 0 -t 1 -c 256 --jinja > /dev/null 2> "$T/sj.err" &
+    SPID=$!
+    for _ in $(seq 1 100); do PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$T/sj.err" | grep -o '[0-9]*$'); [ -n "$PORT" ] && break; sleep 0.1; done
+    got=$(curl -s "http://127.0.0.1:$PORT/apply-template" -d '{"messages":[{"role":"user","content":"Hi"}],"chat_template_kwargs":{"enable_thinking":false}}')
+    want='{"prompt":"<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"}'
+    [ "$got" = "$want" ] && ok serve_jinja_apply_template || fail serve_jinja_apply_template "$got"
+    got=$(curl -s "http://127.0.0.1:$PORT/v1/chat/completions" -d '{"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"","tool_calls":[{"type":"function","function":{"name":"f","arguments":{"x":1}}}]},{"role":"tool","content":"42"}],"max_tokens":2}')
+    [[ "$got" == *'"finish_reason"'* ]] && ok serve_jinja_tool_roles || fail serve_jinja_tool_roles "$got"
+    kill -TERM $SPID; wait $SPID 2>/dev/null
+else
+    fail jinja_synth "could not synthesize a model with the Qwen3 vocabulary"
+fi
