@@ -85,6 +85,8 @@ $(TESTBIN): $(TEST_OBJ) $(LIB)
 
 # The demo model and text are assembled into the binary (tools/demo_data.c).
 $(BUILD)/tools/demo_data.o: models/demo-llama.gguf models/war-and-peace-heldout.txt
+# The server's chat page likewise (tools/serve_page.c).
+$(BUILD)/tools/serve_page.o: tools/web/chat.html
 
 san:
 	$(MAKE) BUILD=build-san SAN=1 OPT="-O1 -g" all

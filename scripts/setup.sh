@@ -20,6 +20,7 @@ DEBS=(
     # Mesa's lavapipe (a Vulkan device on the CPU) that make test runs it on
     libvulkan-dev glslc mesa-vulkan-drivers
     curl
+    chromium              # headless test of the server's chat page (tests/cli/webpage.sh)
 )
 
 missing=()

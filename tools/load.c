@@ -38,7 +38,9 @@ const arg_opt *model_opts_table(model_opts *o, unsigned which) {
         {0,
          {"-c|--ctx-size", ARG_U32, &o->n_ctx, "N",
           chunks ? "tokens per chunk (default 512, or the training context if smaller)"
-                 : "context size per sequence (0 = model's, max 4096)"}},
+                 : "context size per sequence (default 0: the model's training context, "
+                   "at most 4096; more is accepted, with a warning past the training "
+                   "context)"}},
         {0,
          {"-b|--batch-size", ARG_U32, &o->n_batch, "N",
           chunks ? "tokens per decode: max(1, N/c) chunks together (default 512)"
@@ -151,6 +153,12 @@ bool tool_load(const char *cmd, const model_opts *o_in, uint32_t n_seq, rp_model
         return false;
     }
     if (!plan_opts_check(cmd, o) || !(*model = tool_load_model(cmd, o->model, false))) return false;
+    const int n_train = rp_model_n_ctx_train(*model);
+    if (n_train > 0 && o->n_ctx > (uint32_t)n_train && g_verbosity > 0)
+        fprintf(stderr,
+                "%s: warning: -c %u is past the model's training context (%d): quality may drop "
+                "beyond %d positions\n",
+                cmd, o->n_ctx, n_train, n_train);
     if (!(*ctx = context_new(cmd, o, *model, n_seq))) {
         rp_model_free(*model);
         *model = NULL;

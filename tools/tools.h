@@ -116,15 +116,21 @@ void tbuf_free(tbuf *b);
 
 typedef struct sampling_opts {
     rp_sampler_params sp;
-    uint64_t seed;
+    const char *seed_text; /* -s as given ("-1": random) */
+    uint64_t seed;         /* the seed used (sampling_opts_check) */
+    bool ignore_eos, verbose;
 } sampling_opts;
 
 void sampling_opts_init(sampling_opts *o);
-/* -s, --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n,
- * --frequency-penalty, --presence-penalty */
+/* -s, --temp, --top-k, --top-p, --min-p, the penalties, llama.cpp's other
+ * samplers (typical, top-n-sigma, XTC, DRY, Mirostat, --samplers),
+ * --ignore-eos, -v */
 const arg_opt *sampling_opts_table(sampling_opts *o);
-/* Checks the ranges (prints the error) and completes o->sp (seed, temp). */
+/* Checks the ranges (prints the error) and completes o->sp (the seed: -1
+ * draws one, printed at -v). */
 bool sampling_opts_check(const char *cmd, sampling_opts *o);
+/* What the parameters alone do not carry: DRY's vocabulary, --ignore-eos. */
+rp_status sampling_opts_apply(const sampling_opts *o, rp_sampler *smp, const rp_vocab *v);
 
 /* ---- model + context options (load.c) -------------------------------------------- */
 
