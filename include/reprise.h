@@ -358,6 +358,30 @@ rp_status rp_decode(rp_context *ctx, const rp_batch *batch);
 typedef bool (*rp_abort_fn)(void *user);
 void rp_context_set_abort(rp_context *ctx, rp_abort_fn fn, void *user);
 
+/* Trace hook (like llama.cpp's eval callback): during rp_decode the forward
+ * hands named intermediate tensors to fn, on the decoding thread, in the order
+ * they are computed. Names follow llama.cpp's graph ("inp_embd", "attn_norm",
+ * "Qcur" (after bias, norm and rope), "Kcur", "Vcur", "kqv_out", "attn_out",
+ * "ffn_inp", "ffn_norm", "ffn_gate", "ffn_up", "ffn_act", "ffn_out", "l_out",
+ * "result_norm", "result_output"), without llama.cpp's "-LAYER" suffix:
+ * step and src say where. data and pos are valid during the call only. The
+ * library writes nothing itself; the tools' --dump-tensors / REPRISE_TRACE
+ * write the tensors to files. Architectures whose forward emits no tensors
+ * (today: those not on the dense decoder block) simply never call fn. NULL
+ * removes the hook. */
+typedef struct rp_trace_tensor {
+    const char *name;
+    int step;           /* plan step (-1: before the first step, n_eff: the output) */
+    int src;            /* the model layer the step runs (-1 outside the steps) */
+    int n_rows;         /* rows (tokens) */
+    int width;          /* floats per row */
+    const float *data;  /* [n_rows][width] */
+    const int32_t *pos; /* [n_rows] position of each row */
+    const int32_t *seq; /* [n_rows] sequence of each row */
+} rp_trace_tensor;
+typedef void (*rp_trace_fn)(void *user, const rp_trace_tensor *t);
+void rp_context_set_trace(rp_context *ctx, rp_trace_fn fn, void *user);
+
 /* Logits (n_vocab floats) of batch row i of the last rp_decode; NULL if row i
  * asked for none. The pointer is into the context's buffer, no copy, valid
  * until the next decode (rows that asked for logits are contiguous in row

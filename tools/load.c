@@ -68,6 +68,9 @@ const arg_opt *model_opts_table(model_opts *o, unsigned which) {
          {"--plan-force", ARG_FLAG, &o->plan_force, NULL,
           "apply --plan to weights with another content hash"}},
         {MO_DUMP, {"--dump-plan", ARG_FLAG, &o->dump_plan, NULL, "print the layer plan and exit"}},
+        {MO_DUMP,
+         {"--dump-tensors", ARG_STR, &o->dump_tensors, "DIR",
+          "write the forward's named intermediate tensors to DIR (also REPRISE_TRACE=DIR)"}},
         {0, {"-q|--quiet", ARG_FLAG, &o->quiet, NULL, "only errors on stderr"}},
     };
     size_t k = 0;
@@ -161,6 +164,14 @@ bool tool_load(const char *cmd, const model_opts *o_in, uint32_t n_seq, rp_model
                 cmd, o->n_ctx, n_train, n_train);
     if (!(*ctx = context_new(cmd, o, *model, n_seq))) {
         rp_model_free(*model);
+        *model = NULL;
+        return false;
+    }
+    const char *trace_dir = o->dump_tensors ? o->dump_tensors : getenv("REPRISE_TRACE");
+    if (trace_dir && *trace_dir && !o->dump_plan && !tool_trace_open(cmd, *ctx, trace_dir)) {
+        rp_context_free(*ctx);
+        rp_model_free(*model);
+        *ctx = NULL;
         *model = NULL;
         return false;
     }
