@@ -44,6 +44,8 @@ extern "C" {
 #define RP_TOOLS_PRINTF(a, b)
 #endif
 
+RP_API_BEGIN
+
 /* ==== GGUF files ==========================================================
  * A GGUF v2/v3 reader. The file is untrusted: every count, length, offset and
  * dimension is checked against the file size with overflow-checked arithmetic
@@ -1104,6 +1106,8 @@ void rp_bench_matmul_get_info(const rp_bench_matmul *b, rp_bench_matmul_info *ou
  *   RP_ERR_INVALID_ARG  n_tokens or reps out of range */
 rp_status rp_bench_matmul_run(rp_bench_matmul *b, int n_tokens, int reps, double *wall_s,
                               double *cpu_s);
+
+RP_API_END
 
 #ifdef __cplusplus
 }
