@@ -222,3 +222,13 @@ def test_plan_files(stories, tmp_path):
     with pytest.raises(reprise.Error) as ei:
         reprise.PlanFile.read(bad)
     assert "bad.json" in str(ei.value)
+
+
+def test_logits_longer_than_batch(text):
+    # a batch beyond n_batch runs as several passes; every row's logits come back
+    a = reprise.Model(STORIES, n_ctx=512, threads=1)
+    b = reprise.Model(STORIES, n_ctx=512, n_batch=64, threads=1)
+    ids = a.tokenize(text)[:300]
+    x, y = np.asarray(a.logits(ids)), np.asarray(b.logits(ids))
+    assert x.shape == (300, a.n_vocab) and np.array_equal(x, y)
+    assert np.array_equal(np.asarray(a.logits(ids[:10])), x[:10])  # causal: a prefix is a prefix
