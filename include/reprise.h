@@ -36,6 +36,22 @@ extern "C" {
 
 #define RP_VERSION "0.1.0"
 
+/* Export control. libreprise.so is built with -fvisibility=hidden: only what
+ * reprise.h and reprise_tools.h declare between RP_API_BEGIN and RP_API_END
+ * is exported (tests/cli/install.sh checks the two sets are equal). RP_API
+ * marks a single declaration elsewhere. */
+#if defined(__GNUC__)
+#define RP_API       __attribute__((visibility("default")))
+#define RP_API_BEGIN _Pragma("GCC visibility push(default)")
+#define RP_API_END   _Pragma("GCC visibility pop")
+#else
+#define RP_API
+#define RP_API_BEGIN
+#define RP_API_END
+#endif
+
+RP_API_BEGIN
+
 /* ---- status and errors --------------------------------------------------- */
 
 typedef enum rp_status {
@@ -57,6 +73,14 @@ const char *rp_status_str(rp_status s);
 /* Message of the most recent failing call on this thread (thread-local; empty
  * string when none). Valid until the next failing call on the same thread. */
 const char *rp_last_error(void);
+
+/* RP_VERSION of the library itself (a binding loading libreprise.so checks
+ * it against the headers it was written for). Static text. */
+const char *rp_version(void);
+/* Frees what a function returned malloc'ed to the caller (rp_tokenize's ids,
+ * rendered templates, plan-file JSON, ...) with the library's own free(), for
+ * bindings (Python's ctypes) that cannot call it. NULL is fine. */
+void rp_free(void *p);
 
 /* ---- logging and progress ------------------------------------------------ */
 
@@ -683,6 +707,8 @@ const char *rp_grammar_json(void);
  * llama.cpp ignores them. RP_ERR_UNSUPPORTED names what cannot become a
  * grammar (a remote $ref, a regex feature outside the subset) and where. */
 rp_status rp_json_schema_to_grammar(const char *schema_json, char **gbnf);
+
+RP_API_END
 
 #ifdef __cplusplus
 }
