@@ -20,6 +20,7 @@ DEBS=(
     # Mesa's lavapipe (a Vulkan device on the CPU) that make test runs it on
     libvulkan-dev glslc mesa-vulkan-drivers
     curl
+    parallel              # scan shards across machines (the GNU parallel recipe of docs/scan.md, tested on localhost)
 )
 
 missing=()

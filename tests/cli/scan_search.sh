@@ -89,3 +89,40 @@ grep -q "^best plans:" "$T/beam.out" && grep -q "^Pareto list (best plan per ext
     || fail scan_beam_resume "$(grep '^\[' "$T/err" | head -2)"
 expect_error scan_depth_no_beam "--depth goes with --beam" "$BIN" scan -m "$M" -f "$T/text.txt" --depth 2
 expect_error scan_beam_shard "--shard and --beam" "$BIN" scan -m "$M" -f "$T/text.txt" --beam 2 --shard 1/2
+
+# ---- shards: N shards merged == one whole scan, identical rows and settings
+"$BIN" scan -m "$M" -f "$T/text.txt" $W -o "$T/whole.csv" > /dev/null 2> "$T/err"
+nosec() { grep -v '^# identity-unc' "$1" | sed 's/^\([0-9]*,[0-9]*,[0-9]*,[a-z]*,[^,]*,[^,]*\),[^,]*,/\1,/'; }
+for k in 1 2 3; do
+    "$BIN" scan -m "$M" -f "$T/text.txt" $W --shard $k/3 -o "$T/hand$k.csv" > /dev/null 2> "$T/err$k"
+done
+"$BIN" scan merge "$T/hand2.csv" "$T/hand3.csv" "$T/hand1.csv" -o "$T/hand.csv" --png > "$T/merge.out" 2> "$T/err"
+n1=$(grep -c '^[0-9]' "$T/hand1.csv"); n2=$(grep -c '^[0-9]' "$T/hand2.csv"); n3=$(grep -c '^[0-9]' "$T/hand3.csv")
+[ "$n1" -gt 0 ] && [ "$n2" -gt 0 ] && [ "$n3" -gt 0 ] && [ $((n1 + n2 + n3)) = 15 ] \
+    && grep -q '^# shard: 2/3$' "$T/hand2.csv" && ok scan_shard_split || fail scan_shard_split "$n1 + $n2 + $n3 rows"
+cmp -s <(nosec "$T/whole.csv") <(nosec "$T/hand.csv") && [ -s "$T/hand.png" ] && grep -q '^Pareto list' "$T/merge.out" \
+    && ok scan_merge_equals_whole || fail scan_merge_equals_whole "$(diff <(nosec "$T/whole.csv") <(nosec "$T/hand.csv") | head -6; tail -2 "$T/err")"
+# the GNU parallel recipe of docs/scan.md, on localhost (-S :)
+if command -v parallel > /dev/null; then
+    parallel --will-cite -S 2/: "'$BIN' scan -m '$M' -f '$T/text.txt' $W -q --shard {}/4 -o '$T/par{}.csv'" ::: 1 2 3 4 \
+        > "$T/par.out" 2>&1
+    "$BIN" scan merge "$T"/par[1-4].csv -o "$T/par.csv" > /dev/null 2> "$T/err"
+    cmp -s <(nosec "$T/whole.csv") <(nosec "$T/par.csv") && ok scan_parallel_shards \
+        || fail scan_parallel_shards "$(cat "$T/par.out" | head -3; tail -2 "$T/err"; diff <(nosec "$T/whole.csv") <(nosec "$T/par.csv") | head -4)"
+else
+    fail scan_parallel_shards "GNU parallel is not installed (scripts/setup.sh installs it)"
+fi
+expect_error scan_merge_missing "shard 3/3 is missing" "$BIN" scan merge "$T/hand1.csv" "$T/hand2.csv" -o "$T/x.csv"
+expect_error scan_merge_twice "shard 1/3 is given twice" "$BIN" scan merge "$T/hand1.csv" "$T/hand1.csv" "$T/hand2.csv" -o "$T/x.csv"
+expect_error scan_merge_other_n "is shard 1/4" "$BIN" scan merge "$T/hand1.csv" "$T/par1.csv" -o "$T/x.csv"
+expect_error scan_merge_not_shard "no 'shard: K/N' setting" "$BIN" scan merge "$T/whole.csv" -o "$T/x.csv"
+head -c 12000 "$S/text/war-and-peace.txt" > "$T/other.txt"
+"$BIN" scan -m "$M" -f "$T/other.txt" $W --shard 3/3 -o "$T/oth3.csv" > /dev/null 2>&1
+expect_error scan_merge_other_text "has text '12000 bytes" "$BIN" scan merge "$T/hand1.csv" "$T/hand2.csv" "$T/oth3.csv" -o "$T/x.csv"
+"$BIN" scan -m "$M" -f "$T/text.txt" -c 32 --chunks 2 -t 1 --shard 3/3 -o "$T/c32.csv" > /dev/null 2>&1
+expect_error scan_merge_other_c "has c '32'" "$BIN" scan merge "$T/hand1.csv" "$T/hand2.csv" "$T/c32.csv" -o "$T/x.csv"
+[ ! -e "$T/x.csv" ] && ok scan_merge_no_partial_output || fail scan_merge_no_partial_output "x.csv written"
+expect_error scan_merge_no_output "no output" "$BIN" scan merge "$T/hand1.csv"
+expect_error scan_shard_bad "--shard '3/2': expected K/N" "$BIN" scan -m "$M" -f "$T/text.txt" --shard 3/2
+expect_error scan_shard_resume_other "written for shard '1/3'; this run has shard '2/3'" \
+    "$BIN" scan -m "$M" -f "$T/text.txt" $W --shard 2/3 -o "$T/hand1.csv"
