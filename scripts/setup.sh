@@ -21,6 +21,7 @@ DEBS=(
     libvulkan-dev glslc mesa-vulkan-drivers
     curl
     chromium              # headless test of the server's chat page (tests/cli/webpage.sh)
+    parallel              # scan shards across machines (the GNU parallel recipe of docs/scan.md, tested on localhost)
 )
 
 missing=()
