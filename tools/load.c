@@ -45,6 +45,9 @@ const arg_opt *model_opts_table(model_opts *o, unsigned which) {
                  : "tokens computed per pass (default 512)"}},
         {MO_SCALAR,
          {"-t|--threads", ARG_INT, &o->n_threads, "N", "threads (default: physical cores)"}},
+        {0,
+         {"--threads-force", ARG_FLAG, &o->threads_force, NULL,
+          "use -t N even beyond the machine's cores (otherwise capped to them)"}},
         {MO_SCALAR,
          {"-ctk|--cache-type-k", ARG_KVTYPE, &o->type_k, "TYPE",
           "KV cache type for K: f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl (default f16)"}},
@@ -105,7 +108,14 @@ rp_context_params model_opts_context(const model_opts *o, uint32_t n_seq) {
 }
 
 /* The checks of the plan options that need no model. */
-static bool plan_opts_check(const char *cmd, const model_opts *o) {
+static bool plan_opts_check(const char *cmd, model_opts *o) {
+    if (!tool_check_threads(cmd, &o->n_threads, o->threads_force)) return false;
+    /* an empty plan is no plan: refused rather than run as the identity */
+    if ((o->repeat_layers && !*o->repeat_layers) || (o->layer_map && !*o->layer_map)) {
+        tool_error(cmd, "%s is empty (leave it out to run the model's own layers)",
+                   o->repeat_layers && !*o->repeat_layers ? "--repeat-layers" : "--layer-map");
+        return false;
+    }
     if (o->repeat_layers && o->layer_map) {
         tool_error(cmd, "--repeat-layers and --layer-map are alternatives; give one");
         return false;
@@ -130,8 +140,9 @@ rp_context *tool_context_new(const char *cmd, const model_opts *o, const rp_mode
     return ctx;
 }
 
-bool tool_load(const char *cmd, const model_opts *o, uint32_t n_seq, rp_model **model,
+bool tool_load(const char *cmd, const model_opts *o_in, uint32_t n_seq, rp_model **model,
                rp_context **ctx, int *exit_code) {
+    model_opts copy = *o_in, *o = &copy; /* -t may be capped */
     *model = NULL;
     *ctx = NULL;
     *exit_code = 1;
