@@ -272,7 +272,7 @@ typedef struct rp_context_params {
     uint32_t n_batch;   /* tokens computed together in one pass; 0 = 512 */
     uint32_t n_seq_max; /* independent sequences (server slots); 0 = 1 */
     int n_threads;      /* 0 = number of physical cores */
-    int type_k;         /* KV cache element type: RP_TYPE_F32 or RP_TYPE_F16 */
+    int type_k;         /* KV cache type: F32, F16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL */
     int type_v;
     /* Layer plan. At most one of these may be set (NULL or "" = identity).
      *   repeat_layers: RYS blocks "i,j;k,l" (half-open source ranges run twice)
@@ -287,13 +287,21 @@ typedef struct rp_context_params {
 
 rp_context_params rp_context_default_params(void);
 
+/* Whether type can be a KV cache type (rp_context_params.type_k / type_v):
+ * f32, f16, or llama.cpp's q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl blocks (their
+ * ggml layouts; quantized caches need head widths that are multiples of 32).
+ * rp_kv_type_list: their names, comma-separated (static text). */
+bool rp_kv_type_supported(int type);
+const char *rp_kv_type_list(void);
+
 /* Builds the plan (validated before anything is allocated), the KV/recurrent
  * state and the thread pool. The model must outlive the context. params may
  * be NULL (the defaults). On failure *out is NULL.
- *   RP_ERR_INVALID_ARG  a model loaded vocab_only, a cache type other than
- *                       f32/f16, n_ctx or n_seq_max too large, both plan specs
- *   RP_ERR_PLAN         the spec does not fit the model (the message names the
- *                       block or item and why) */
+ *   RP_ERR_INVALID_ARG  a model loaded vocab_only, a cache type that is
+ *                       not rp_kv_type_supported or a quantized one on
+ *                       heads that are not a multiple of 32 wide, n_ctx or n_seq_max too large,
+ * both plan specs RP_ERR_PLAN         the spec does not fit the model (the message names the block
+ * or item and why) */
 rp_status rp_context_new(const rp_model *model, const rp_context_params *params, rp_context **out);
 void rp_context_free(rp_context *ctx); /* NULL is fine */
 

@@ -74,8 +74,9 @@ static bool parse_value(const char *cmd, const arg_opt *o, const char *flag, con
     }
     case ARG_KVTYPE: {
         int t = rp_type_from_name(v);
-        if (t != RP_TYPE_F32 && t != RP_TYPE_F16) {
-            tool_error(cmd, "%s: cache type '%s' is not supported (use f32 or f16)", flag, v);
+        if (t < 0 || !rp_kv_type_supported(t)) {
+            tool_error(cmd, "%s: cache type '%s' is not supported (use one of %s)", flag, v,
+                       rp_kv_type_list());
             return false;
         }
         *(int *)o->ptr = t;

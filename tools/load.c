@@ -45,16 +45,17 @@ const arg_opt *model_opts_table(model_opts *o, unsigned which) {
          {"-b|--batch-size", ARG_U32, &o->n_batch, "N",
           chunks ? "tokens per decode: max(1, N/c) chunks together (default 512)"
                  : "tokens computed per pass (default 512)"}},
-        {0, {"-t|--threads", ARG_INT, &o->n_threads, "N", "threads (default: physical cores)"}},
+        {MO_SCALAR,
+         {"-t|--threads", ARG_INT, &o->n_threads, "N", "threads (default: physical cores)"}},
         {0,
          {"--threads-force", ARG_FLAG, &o->threads_force, NULL,
           "use -t N even beyond the machine's cores (otherwise capped to them)"}},
-        {0,
+        {MO_SCALAR,
          {"-ctk|--cache-type-k", ARG_KVTYPE, &o->type_k, "TYPE",
-          "KV cache type for K: f32 or f16 (default f16)"}},
-        {0,
+          "KV cache type for K: f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl (default f16)"}},
+        {MO_SCALAR,
          {"-ctv|--cache-type-v", ARG_KVTYPE, &o->type_v, "TYPE",
-          "KV cache type for V: f32 or f16 (default f16)"}},
+          "KV cache type for V: the same types (default f16)"}},
         {MO_SPEC,
          {"--repeat-layers", ARG_STR, &o->repeat_layers, "SPEC",
           "RYS plan: repeat source layers [i,j) (see below)"}},
@@ -75,7 +76,8 @@ const arg_opt *model_opts_table(model_opts *o, unsigned which) {
     };
     size_t k = 0;
     for (size_t i = 0; i < ARRAY_LEN(all); i++)
-        if (!all[i].flag || (which & all[i].flag)) t[k++] = all[i].opt;
+        if (all[i].flag == MO_SCALAR ? !(which & MO_LISTS) : !all[i].flag || (which & all[i].flag))
+            t[k++] = all[i].opt;
     t[k] = (arg_opt){0};
     return t;
 }
@@ -131,9 +133,8 @@ static bool plan_opts_check(const char *cmd, model_opts *o) {
     return true;
 }
 
-/* The context of o over model m (its plan resolved). */
-static rp_context *context_new(const char *cmd, const model_opts *o, const rp_model *m,
-                               uint32_t n_seq) {
+rp_context *tool_context_new(const char *cmd, const model_opts *o, const rp_model *m,
+                             uint32_t n_seq) {
     rp_context_params cp = model_opts_context(o, n_seq);
     rp_planfile *pf = NULL;
     if (!tool_plan_resolve(cmd, o, m, &pf, &cp.repeat_layers, &cp.layer_map)) return NULL;
@@ -162,7 +163,7 @@ bool tool_load(const char *cmd, const model_opts *o_in, uint32_t n_seq, rp_model
                 "%s: warning: -c %u is past the model's training context (%d): quality may drop "
                 "beyond %d positions\n",
                 cmd, o->n_ctx, n_train, n_train);
-    if (!(*ctx = context_new(cmd, o, *model, n_seq))) {
+    if (!(*ctx = tool_context_new(cmd, o, *model, n_seq))) {
         rp_model_free(*model);
         *model = NULL;
         return false;

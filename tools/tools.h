@@ -27,7 +27,7 @@ typedef enum arg_kind {
     ARG_FLOAT,  /* float */
     ARG_STR,    /* const char * */
     ARG_STRS,   /* repeatable: str_list */
-    ARG_KVTYPE, /* int rp_type, f32 | f16 */
+    ARG_KVTYPE, /* int rp_type, a KV cache type (rp_kv_type_supported) */
 } arg_kind;
 
 typedef struct str_list {
@@ -159,6 +159,8 @@ enum {
     MO_PLAN_FORCE = 4, /* --plan-force */
     MO_DUMP = 8,       /* --dump-plan */
     MO_CHUNKS = 16,    /* -c and -b read as chunks of a text (perplexity, scan) */
+    MO_LISTS = 32,     /* -t, -ctk, -ctv left to the command (bench: comma lists) */
+    MO_SCALAR = 64,    /* (an entry's flag: present unless MO_LISTS) */
     MO_ALL = MO_SPEC | MO_PLAN_FILE | MO_PLAN_FORCE | MO_DUMP,
 };
 
@@ -170,6 +172,10 @@ extern const char *const g_plan_help; /* how the plan grammars read, for --help 
 /* The model of o->model with progress on a terminal; NULL after printing an
  * error. vocab_only loads the tokenizer alone. */
 rp_model *tool_load_model(const char *cmd, const char *path, bool vocab_only);
+/* The context of o over model m, its plan resolved; NULL after printing an
+ * error. */
+rp_context *tool_context_new(const char *cmd, const model_opts *o, const rp_model *m,
+                             uint32_t n_seq);
 /* The context parameters of o (its plan not resolved yet). */
 rp_context_params model_opts_context(const model_opts *o, uint32_t n_seq);
 /* Loads the model and creates a context; prints the plan report. With
