@@ -162,6 +162,25 @@ static void forward_input(rp_context *c, const rp_ubatch *ub, dense_ctx *d, int 
     if (hp->embd_scale != 1.0f) rp_be_scale(c->be, d->x, hp->embd_scale, (int)n);
 }
 
+/* Rows [0, n) of width w of x for the trace hook as tensor `name` of step e
+ * (read back from a device first; the CPU's rows are handed over in place). */
+static void trace_bx(rp_context *c, const rp_ubatch *ub, const char *name, int e, rp_bx x, int n,
+                     int w, bool compacted) {
+    const size_t bytes = (size_t)n * (size_t)w * sizeof(float);
+    float *h = rp_backend_cpu_ptr(c->be, x), *tmp = NULL;
+    if (!h) {
+        if (!(tmp = rp_malloc(bytes ? bytes : 1, "trace rows"))) return;
+        rp_be_read(c->be, tmp, x, bytes);
+        h = rp_be_sync(c->be) ? NULL : tmp;
+    }
+    if (h) rp_trace_emit(c, ub, name, e, e >= 0 ? c->plan->src[e] : -1, h, n, w, compacted);
+    free(tmp);
+}
+#define TRACE(name, e, x, w)                                                                       \
+    do {                                                                                           \
+        if (rp_tracing(c)) trace_bx(c, ub, name, e, x, n, w, compacted);                           \
+    } while (0)
+
 /* One forward for every backend: each call is enqueued on c->be (the CPU
  * backend runs it at once with the arguments the kernels always had), the
  * host waits once, in rp_be_sync, for the rows it asked for. */
@@ -178,11 +197,12 @@ rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
     const int e_begin = ub->step_begin, e_end = ub->step_end ? ub->step_end : plan->n_eff;
 
     forward_input(c, ub, d, e_begin);
+    bool compacted = false;
+    if (e_begin == 0) TRACE("inp_embd", -1, d->x, E);
     /* rotary tables, once per micro-batch for every layer that shares them */
     for (int r = 0; r < hp->n_rope_sets; r++)
         rp_be_rope_cache(be, d->rope[r], ub->pos, n, &hp->rope[r]);
 
-    bool compacted = false;
     for (int e = e_begin; e < e_end; e++) {
         const int src = plan->src[e];
         const rp_layer *L = &m->layers[src];
@@ -194,6 +214,7 @@ rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
         /* attention: what the layer is comes from src, where it runs (KV region) from e */
         rp_be_norm(be, norm_kind(L->attn_norm_b), d->xn, d->x, L->attn_norm, L->attn_norm_b, E, n,
                    hp->eps);
+        TRACE("attn_norm", e, d->xn, E);
         const rp_tensor *w3[3] = {L->wq, L->wk, L->wv};
         const rp_bx y3[3] = {d->q, d->k, d->v};
         rp_be_matmul_n(be, 3, w3, y3, d->xn, n);
@@ -209,6 +230,9 @@ rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
             rp_be_rope(be, d->k, n, wk, nkv, dk, rope->n_rot, d->rope[li->rope_set],
                        hp->rope_style);
         }
+        TRACE("Qcur", e, d->q, wq);
+        TRACE("Kcur", e, d->k, wk);
+        TRACE("Vcur", e, d->v, wv);
         rp_be_kv_write(be, c->bkv[e], n, ub->pos, ub->seq, d->k, wk, d->v, wv);
         rp_battn a = {.n_tok = n,
                       .q = d->q,
@@ -226,11 +250,16 @@ rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
                       .seq = ub->seq,
                       .kv = c->bkv[e]};
         rp_be_attention(be, &a);
+        TRACE("kqv_out", e, d->att, wo);
         rp_be_matmul(be, L->wo, d->att, n, d->tmp);
         rp_be_add_row(be, d->tmp, L->bo, E, n);
-        if (L->attn_post_norm)
+        TRACE("attn_out", e, d->tmp, E);
+        if (L->attn_post_norm) {
             rp_be_norm(be, RP_BNORM_RMS, d->tmp, d->tmp, L->attn_post_norm, NULL, E, n, hp->eps);
+            TRACE("attn_post_norm", e, d->tmp, E);
+        }
         rp_be_add(be, d->x, d->tmp, n * E);
+        TRACE("ffn_inp", e, d->x, E);
 
         /* After the last step's attention only the output rows matter. */
         if (e == plan->n_eff - 1 && ub->n_out < n) {
@@ -243,17 +272,28 @@ rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
         /* feed-forward */
         rp_be_norm(be, norm_kind(L->ffn_norm_b), d->xn, d->x, L->ffn_norm, L->ffn_norm_b, E, n,
                    hp->eps);
+        TRACE("ffn_norm", e, d->xn, E);
         const rp_tensor *w2[2] = {L->ffn_gate, L->ffn_up};
         const rp_bx y2[2] = {d->gate, d->up};
         rp_be_matmul_n(be, 2, w2, y2, d->xn, n);
+        TRACE("ffn_gate", e, d->gate, li->n_ff);
+        TRACE("ffn_up", e, d->up, li->n_ff);
         rp_be_act_mul(be, (rp_bact)cfg->act, d->gate, d->up, n * li->n_ff);
+        TRACE("ffn_act", e, d->gate, li->n_ff);
         rp_be_matmul(be, L->ffn_down, d->gate, n, d->tmp);
-        if (L->ffn_post_norm)
+        TRACE("ffn_out", e, d->tmp, E);
+        if (L->ffn_post_norm) {
             rp_be_norm(be, RP_BNORM_RMS, d->tmp, d->tmp, L->ffn_post_norm, NULL, E, n, hp->eps);
+            TRACE("ffn_post_norm", e, d->tmp, E);
+        }
         rp_be_add(be, d->x, d->tmp, n * E);
+        TRACE("l_out", e, d->x, E);
     }
     if (e_end < plan->n_eff) {
         rp_be_read(be, ub->x_out, d->x, (size_t)n * (size_t)E * sizeof(float));
+    } else if (rp_backend_is_cpu(be)) { /* today's tail, with its trace rows */
+        rp_forward_output(c, ub, rp_backend_cpu_ptr(be, d->x), compacted,
+                          rp_backend_cpu_ptr(be, d->xn));
     } else if (ub->n_out) {
         rp_bout o = {.x = d->x,
                      .tmp = d->xn,
@@ -271,3 +311,4 @@ rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
     }
     return rp_be_sync(be);
 }
+#undef TRACE

@@ -252,6 +252,8 @@ rp_status rp_backend_cpu_kv_wrap(rp_backend *be, const rp_kv_view *views, const 
 /* The view of sequence seq of a CPU backend's cache. */
 const rp_kv_view *rp_backend_cpu_kv_view(const rp_bkv *kv, int seq);
 bool rp_backend_is_cpu(const rp_backend *be);
+/* The host address of x on the CPU backend; NULL on any other. */
+float *rp_backend_cpu_ptr(const rp_backend *be, rp_bx x);
 
 /* Bytes of one sequence's K (or V) block of a step's cache. */
 size_t rp_bkv_seq_bytes(const rp_bkv_desc *d, bool v);

@@ -387,6 +387,10 @@ bool rp_backend_is_cpu(const rp_backend *be) {
     return be && be->ops == &cpu_ops;
 }
 
+float *rp_backend_cpu_ptr(const rp_backend *be, rp_bx x) {
+    return rp_backend_is_cpu(be) ? P(x) : NULL;
+}
+
 rp_status rp_backend_cpu_new(const rp_backend_params *p, rp_backend **out) {
     *out = NULL;
     if (!p || !p->cc || !p->cc->pool || !p->attn_scratch)
