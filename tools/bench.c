@@ -316,6 +316,7 @@ static bool bench_row_run(bench_ctx *b, int depth, int np, int ng) {
     b->r.n_gen = ng;
     b->r.n_depth = depth;
     b->r.bw_before = probe(b->o, b->r.threads);
+    rp_context_device_stats_reset(b->ctx);
     for (int i = 0; i < b->o->reps; i++) {
         double secs;
         if (!run_test(b->ctx, b->toks, depth, np, ng, &b->held, &secs)) return false;
@@ -323,6 +324,13 @@ static bool bench_row_run(bench_ctx *b, int depth, int np, int ng) {
     }
     b->r.bw_after = probe(b->o, b->r.threads);
     bench_out_row(b->out, &b->r);
+    if (strcmp(rp_context_device(b->ctx), "cpu")) { /* the device's work per token */
+        char buf[2048];
+        rp_context_device_stats(b->ctx, (np + ng) * b->o->reps, buf, sizeof buf);
+        FILE *fp = b->o->fmt == BENCH_MD ? stdout : stderr; /* CSV / JSON stay parseable */
+        fprintf(fp, "\n%s%d on %s, per token:\n%s\n", np ? "pp" : "tg", np ? np : ng,
+                rp_context_device(b->ctx), buf);
+    }
     return true;
 }
 
