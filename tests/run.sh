@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 export REPRISE_SHARED="${REPRISE_SHARED:-$(cd .. && pwd)/shared}"
 [ -d "$REPRISE_SHARED" ] || { echo "shared data not found at $REPRISE_SHARED (set REPRISE_SHARED)"; exit 2; }
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:allocator_may_return_null=1}"
+export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$(cd "$(dirname "$0")" && pwd)/lsan.supp}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 pass=0; fail=0; failed_names=()
 tmp=$(mktemp -d /tmp/reprise-run.XXXXXX)
