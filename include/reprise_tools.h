@@ -44,6 +44,9 @@ extern "C" {
 #define RP_TOOLS_PRINTF(a, b)
 #endif
 
+RP_API_BEGIN
+
+/* ==== Output files =================================================
 /* ==== GGUF files ==========================================================
  * A GGUF v2/v3 reader. The file is untrusted: every count, length, offset and
  * dimension is checked against the file size with overflow-checked arithmetic
@@ -934,6 +937,17 @@ rp_status rp_spec_seq_reset(rp_spec *s, int seq, const rp_sampler_params *params
  * target (and the draft), remembers them in the samplers' penalty windows.
  *   RP_ERR_INVALID_ARG  a sequence not reset; statuses of rp_decode */
 rp_status rp_spec_seq_feed(rp_spec *s, int seq, const int32_t *tokens, int n);
+/* Constrains seq's sampling (the target's and the draft's) to grammar g, from
+ * its current position on (not owned; NULL removes it; set it after
+ * rp_spec_seq_reset, which removes it). Drafts follow the grammar and it is
+ * rolled back over rejected ones; each generated token advances it.
+ *   RP_ERR_INVALID_ARG  a sequence not reset */
+rp_status rp_spec_seq_set_grammar(rp_spec *s, int seq, rp_grammar *g);
+/* Calls fn on the target's and then the draft's sampler of seq (after
+ * rp_spec_seq_reset): logit biases, DRY's vocabulary. Returns fn's first
+ * failure; RP_ERR_INVALID_ARG for a sequence not reset. */
+rp_status rp_spec_seq_each_sampler(rp_spec *s, int seq, rp_status (*fn)(rp_sampler *, void *),
+                                   void *user);
 /* Keeps the first n tokens of seq (a chat template rewrote history).
  * Statuses of rp_kv_seq_truncate. */
 rp_status rp_spec_seq_truncate(rp_spec *s, int seq, int n);
@@ -1195,6 +1209,8 @@ void rp_bench_matmul_get_info(const rp_bench_matmul *b, rp_bench_matmul_info *ou
  *   RP_ERR_INVALID_ARG  n_tokens or reps out of range */
 rp_status rp_bench_matmul_run(rp_bench_matmul *b, int n_tokens, int reps, double *wall_s,
                               double *cpu_s);
+
+RP_API_END
 
 #ifdef __cplusplus
 }
