@@ -115,6 +115,8 @@ fi
 expect_error scan_merge_missing "shard 3/3 is missing" "$BIN" scan merge "$T/hand1.csv" "$T/hand2.csv" -o "$T/x.csv"
 expect_error scan_merge_twice "shard 1/3 is given twice" "$BIN" scan merge "$T/hand1.csv" "$T/hand1.csv" "$T/hand2.csv" -o "$T/x.csv"
 expect_error scan_merge_other_n "is shard 1/4" "$BIN" scan merge "$T/hand1.csv" "$T/par1.csv" -o "$T/x.csv"
+sed 's|^# shard: 1/3$|# shard: 2/3|' "$T/hand1.csv" > "$T/dup2.csv"
+expect_error scan_merge_same_plan "is in two of the files" "$BIN" scan merge "$T/hand1.csv" "$T/dup2.csv" "$T/hand3.csv" -o "$T/x.csv"
 expect_error scan_merge_not_shard "no 'shard: K/N' setting" "$BIN" scan merge "$T/whole.csv" -o "$T/x.csv"
 head -c 12000 "$S/text/war-and-peace.txt" > "$T/other.txt"
 "$BIN" scan -m "$M" -f "$T/other.txt" $W --shard 3/3 -o "$T/oth3.csv" > /dev/null 2>&1
