@@ -984,6 +984,12 @@ typedef struct rp_convert_params {
     const char *arch_opts;   /* options of the architecture's converter, "key[=value],..."
                               * (Zamba2: "merged", the older form with each visit's adapter
                               * baked into a full per-layer matrix); other keys are refused */
+    const char *lora_dir;    /* a PEFT LoRA directory (adapter_config.json,
+                              * adapter_model.safetensors): write a LoRA adapter GGUF
+                              * (general.type = adapter) for the base model of dir (whose
+                              * config.json alone is read; dir may be lora_dir when it holds
+                              * one). A layer_replication adapter also records its plan
+                              * (adapter.reprise.layer_map). */
 } rp_convert_params;
 
 rp_convert_params rp_convert_default_params(void);

@@ -63,6 +63,12 @@ const arg_opt *model_opts_table(model_opts *o, unsigned which) {
          {"--plan-force", ARG_FLAG, &o->plan_force, NULL,
           "apply --plan to weights with another content hash"}},
         {MO_DUMP, {"--dump-plan", ARG_FLAG, &o->dump_plan, NULL, "print the layer plan and exit"}},
+        {0,
+         {"--lora", ARG_STRS, &o->lora, "FILE",
+          "LoRA adapter (GGUF) on every step of its layers; repeatable"}},
+        {0,
+         {"--lora-scaled", ARG_STRS2, &o->lora_scaled, "FILE SCALE",
+          "LoRA adapter at a user scale; repeatable"}},
         {0, {"-q|--quiet", ARG_FLAG, &o->quiet, NULL, "only errors on stderr"}},
     };
     size_t k = 0;
@@ -99,11 +105,32 @@ rp_context_params model_opts_context(const model_opts *o, uint32_t n_seq) {
     cp.repeat_layers = o->repeat_layers;
     cp.layer_map = o->layer_map;
     cp.keep_hidden = o->keep_hidden;
+    /* the adapters: read during rp_context_new only, so one table serves every call */
+    static rp_lora_params lora[32];
+    int n = 0;
+    for (int i = 0; i < o->lora.n && n < 32; i++) lora[n++] = (rp_lora_params){o->lora.v[i], 1.0f};
+    for (int i = 0; i + 1 < o->lora_scaled.n && n < 32; i += 2)
+        lora[n++] = (rp_lora_params){o->lora_scaled.v[i], strtof(o->lora_scaled.v[i + 1], NULL)};
+    cp.lora = lora;
+    cp.n_lora = n;
     return cp;
 }
 
 /* The checks of the plan options that need no model. */
 static bool plan_opts_check(const char *cmd, const model_opts *o) {
+    if (o->lora.n + o->lora_scaled.n / 2 > 32) {
+        tool_error(cmd, "at most 32 LoRA adapters");
+        return false;
+    }
+    for (int i = 1; i < o->lora_scaled.n; i += 2) {
+        char *end;
+        float f = strtof(o->lora_scaled.v[i], &end);
+        if (end == o->lora_scaled.v[i] || *end || !(f == f)) {
+            tool_error(cmd, "--lora-scaled %s %s: the scale is not a number",
+                       o->lora_scaled.v[i - 1], o->lora_scaled.v[i]);
+            return false;
+        }
+    }
     if (o->repeat_layers && o->layer_map) {
         tool_error(cmd, "--repeat-layers and --layer-map are alternatives; give one");
         return false;

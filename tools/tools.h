@@ -28,6 +28,7 @@ typedef enum arg_kind {
     ARG_STR,    /* const char * */
     ARG_STRS,   /* repeatable: str_list */
     ARG_KVTYPE, /* int rp_type, f32 | f16 */
+    ARG_STRS2,  /* repeatable, two values each (--lora-scaled FILE SCALE): str_list pairs */
 } arg_kind;
 
 typedef struct str_list {
@@ -135,6 +136,8 @@ typedef struct model_opts {
     bool keep_hidden;      /* the context keeps final hidden states (speculative MTP drafting) */
     const char *plan_file; /* --plan FILE: a plan file (plan_resolve.c) */
     bool plan_force;       /* --plan-force: accept weights whose content hash differs */
+    str_list lora;         /* --lora FILE */
+    str_list lora_scaled;  /* --lora-scaled FILE SCALE, as pairs */
 } model_opts;
 
 /* Which of the model options a command takes (-m, -c, -b, -t, -ctk, -ctv and
