@@ -612,8 +612,9 @@ typedef struct rp_scan_params {
     rp_scan_metric metric;
     int n_threads; /* 0: physical cores */
     int type_k, type_v;
-    int n_batch; /* tokens per pass; 0 = 512 */
-    bool reuse;  /* prefix reuse (falls back to whole plans where the architecture cannot) */
+    int n_batch;     /* tokens per pass; 0 = 512 */
+    bool reuse;      /* prefix reuse (falls back to whole plans where the architecture cannot) */
+    float res_scale; /* residual scale of each block's second pass ("i,j@s=F"); 0 or 1: none */
     /* kld: the identity's encoded distributions stay in memory up to this many
      * bytes (0: RP_SCAN_KLD_MEM_MAX), beyond it in an unlinked temporary file
      * under $TMPDIR (or /tmp) */

@@ -32,6 +32,8 @@ typedef struct scan_opts {
     const char *file, *probes, *metric_name, *out, *png_path;
     int n_chunks, max_extra, start, end, n_best;
     bool no_reuse;
+    const char *scales; /* --scales: one scan per residual scale of the second pass */
+    float scale;
     /* from the checks */
     rp_scan_metric metric;
     bool c_given;
@@ -137,6 +139,8 @@ static int scan_parse(const char *cmd, scan_opts *o, int argc, char **argv) {
         {"--best", ARG_INT, &o->n_best, "N", "best blocks marked on the heatmap (default 3)"},
         {"--no-reuse", ARG_FLAG, &o->no_reuse, NULL,
          "run every plan from its first layer (for timing the reuse)"},
+        {"--scales", ARG_STR, &o->scales, "F,F,...",
+         "one scan per residual scale of the second pass ('i,j@s=F'); F != 1 writes OUT-sF.csv"},
         {0},
     };
     /* the model options without the plan flags: scan makes the plans */
@@ -278,6 +282,8 @@ static rp_status set_settings(scan_job *job) {
     const unsigned long long hash = (unsigned long long)rp_eval_text_hash(job->text, job->text_len);
     rp_status s =
         rp_scan_csv_set(csv, "model", true, "%s, %llu bytes", base_name(o->mo.model), model_bytes);
+    if (!s && o->scale != 1)
+        s = rp_scan_csv_set(csv, "residual-scale", true, "%g", (double)o->scale);
     if (!s) s = rp_scan_csv_set(csv, "model-desc", false, "%s", job->desc);
     if (!s && o->metric == RP_SCAN_PROBE)
         s = rp_scan_csv_set(csv, "probes", true, "%zu bytes, xxh64 %016llx (%s)", job->text_len,
@@ -438,6 +444,7 @@ static bool scan_execute(scan_job *job, scan_stats *st) {
         .type_v = o->mo.type_v,
         .n_batch = o->n_batch,
         .reuse = !o->no_reuse,
+        .res_scale = o->scale,
         .progress = on_progress,
         .progress_user = &prog,
     };
@@ -608,12 +615,36 @@ int cmd_scan(int argc, char **argv) {
     if (rc != ARGS_OK) return rc;
     if ((rc = scan_check(cmd, &o))) return rc;
     scan_job job = {.cmd = cmd, .o = &o};
-    scan_stats st = {0};
     rc = scan_load(&job);
-    if (!rc) rc = scan_settings(&job) ? 0 : 1;
-    if (g_verbosity > 0 && !rc) say_workload(&job);
-    if (!rc && job.n_todo > 0 && !scan_execute(&job, &st)) rc = 1;
-    if (!rc) rc = !scan_report(&job, &st) ? 1 : st.interrupted ? 130 : 0;
+    /* --scales: the same scan once per residual scale, each to its own files */
+    const char *sc = o.scales ? o.scales : "1", *out0 = o.out, *png0 = o.png_path;
+    char out[1024], png[1024];
+    for (; !rc && *sc; sc += strcspn(sc, ",") + (sc[strcspn(sc, ",")] == ',')) {
+        char *end;
+        o.scale = strtof(sc, &end);
+        if (end == sc || (*end && *end != ',') || !(o.scale > 0 && o.scale <= 16)) {
+            tool_error(cmd, "--scales: '%.*s' is not a scale in (0, 16]", (int)strcspn(sc, ","),
+                       sc);
+            rc = 2;
+            break;
+        }
+        const int n = (int)strlen(out0) -
+                      (strlen(out0) > 4 && !strcmp(out0 + strlen(out0) - 4, ".csv") ? 4 : 0);
+        snprintf(out, sizeof out, "%.*s-s%g.csv", n, out0, (double)o.scale);
+        snprintf(png, sizeof png, "%.*s-s%g.png", (int)strlen(png0) - 4, png0, (double)o.scale);
+        o.out = o.scale == 1 ? out0 : out;
+        o.png_path = o.scale == 1 ? png0 : png;
+        scan_stats st = {0};
+        rp_scan_csv_free(&job.csv);
+        memset(&job.csv, 0, sizeof job.csv);
+        job.n_todo = 0;
+        if (g_verbosity > 0 && o.scales)
+            fprintf(stderr, "scan: residual scale %g -> %s\n", (double)o.scale, out);
+        rc = scan_settings(&job) ? 0 : 1;
+        if (g_verbosity > 0 && !rc) say_workload(&job);
+        if (!rc && job.n_todo > 0 && !scan_execute(&job, &st)) rc = 1;
+        if (!rc) rc = !scan_report(&job, &st) ? 1 : st.interrupted ? 130 : 0;
+    }
     rp_scan_csv_free(&job.csv);
     rp_scan_set_free(&job.set);
     free(job.blocks);

@@ -741,8 +741,9 @@ rp_status rp_scan_block_eval(rp_scan *s, int i, int j, rp_scan_result *r) {
         return rp_fail(RP_ERR_INVALID_ARG, "scan: block %d,%d is not 0 <= i < j <= %d", i, j,
                        s->n_layer);
     const double t0 = rp_time_s();
-    char spec[32];
-    snprintf(spec, sizeof spec, "%d,%d", i, j);
+    char spec[64];
+    const float rs = s->p.res_scale;
+    snprintf(spec, sizeof spec, rs > 0 && rs != 1 ? "%d,%d@s=%g" : "%d,%d", i, j, (double)rs);
     rp_context *ctx = NULL;
     rp_status st = new_ctx(s, spec, &ctx);
     if (st) return rp_fail_prefix(st, "block %s", spec);

@@ -33,3 +33,15 @@ expect_error bad_modifier "unknown step modifier" "$BIN" run -m "$T/base.gguf" -
 expect_error rep_other_plan "layer_replication" "$BIN" run -m "$T/base.gguf" --lora "$T/rep.gguf" --layer-map 0,1 -p hi
 expect_error lora_no_config "adapter_config.json" "$BIN" convert tests/fixtures/hf/llama --lora tests/fixtures/hf/llama -o "$T/x.gguf"
 [ ! -e "$T/x.gguf" ] && ok no_partial_output || fail no_partial_output "x.gguf left behind"
+
+# scan --scales: one CSV per residual scale; its rows equal whole plans with '@s='
+head -c 3000 "$S/text/war-and-peace.txt" > "$T/text.txt"
+expect_exit scan_scales 0 "$BIN" scan -m "$T/base.gguf" -f "$T/text.txt" -c 32 --chunks 2 --scales 1,0.5 -o "$T/s.csv" -q
+if [ -s "$T/s.csv" ] && grep -q "^# residual-scale: 0.5" "$T/s-s0.5.csv" && [ -s "$T/s-s0.5.png" ]; then ok scan_scale_files; else fail scan_scale_files "$(ls "$T")"; fi
+want=$(awk -F, '$1 == 1 && $2 == 2 {printf "%.4f", $5}' "$T/s-s0.5.csv")
+got=$("$BIN" perplexity -m "$T/base.gguf" -f "$T/text.txt" -c 32 --chunks 2 --repeat-layers "1,2@s=0.5" -q 2>&1 | sed -n 's/^Final estimate: PPL = \([0-9.]*\).*/\1/p')
+got=$(printf "%.4f" "$got")
+[ -n "$want" ] && [ "$want" = "$got" ] && ok scan_scale_is_plan || fail scan_scale_is_plan "scan $want, perplexity $got"
+plain=$(awk -F, '$1 == 1 && $2 == 2 {printf "%.4f", $5}' "$T/s.csv")
+[ "$plain" != "$want" ] && ok scale_changes_ppl || fail scale_changes_ppl "$plain = $want"
+expect_error scan_bad_scale "not a scale" "$BIN" scan -m "$T/base.gguf" -f "$T/text.txt" -c 32 --chunks 2 --scales 1,x -o "$T/s2.csv" -q
