@@ -371,6 +371,9 @@ typedef struct rp_batch {
  *                        sequence (nothing is decoded then)
  *   RP_ERR_CONTEXT_FULL  a sequence would pass n_ctx (nothing is decoded)
  *   RP_ERR_CANCELLED     the abort callback returned true (see below)
+ *   RP_ERR_FORMAT        a token's logits are NaN or infinite (weights that hold
+ *                        them): the message names the token and its position;
+ *                        no logits are readable
  * A batch longer than n_batch runs as several passes of at most n_batch tokens. */
 rp_status rp_decode(rp_context *ctx, const rp_batch *batch);
 

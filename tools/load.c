@@ -27,7 +27,7 @@ void model_opts_init(model_opts *o) {
 }
 
 const arg_opt *model_opts_table(model_opts *o, unsigned which) {
-    static arg_opt t[16];
+    static arg_opt t[24];
     const bool chunks = which & MO_CHUNKS;
     /* each entry with the flag that selects it (0: always) */
     const struct {
@@ -44,6 +44,9 @@ const arg_opt *model_opts_table(model_opts *o, unsigned which) {
           chunks ? "tokens per decode: max(1, N/c) chunks together (default 512)"
                  : "tokens computed per pass (default 512)"}},
         {0, {"-t|--threads", ARG_INT, &o->n_threads, "N", "threads (default: physical cores)"}},
+        {0,
+         {"--threads-force", ARG_FLAG, &o->threads_force, NULL,
+          "use -t N even beyond the machine's cores (otherwise capped to them)"}},
         {0,
          {"-ctk|--cache-type-k", ARG_KVTYPE, &o->type_k, "TYPE",
           "KV cache type for K: f32 or f16 (default f16)"}},
@@ -117,7 +120,14 @@ rp_context_params model_opts_context(const model_opts *o, uint32_t n_seq) {
 }
 
 /* The checks of the plan options that need no model. */
-static bool plan_opts_check(const char *cmd, const model_opts *o) {
+static bool plan_opts_check(const char *cmd, model_opts *o) {
+    if (!tool_check_threads(cmd, &o->n_threads, o->threads_force)) return false;
+    /* an empty plan is no plan: refused rather than run as the identity */
+    if ((o->repeat_layers && !*o->repeat_layers) || (o->layer_map && !*o->layer_map)) {
+        tool_error(cmd, "%s is empty (leave it out to run the model's own layers)",
+                   o->repeat_layers && !*o->repeat_layers ? "--repeat-layers" : "--layer-map");
+        return false;
+    }
     if (o->lora.n + o->lora_scaled.n / 2 > 32) {
         tool_error(cmd, "at most 32 LoRA adapters");
         return false;
@@ -156,8 +166,9 @@ static rp_context *context_new(const char *cmd, const model_opts *o, const rp_mo
     return ctx;
 }
 
-bool tool_load(const char *cmd, const model_opts *o, uint32_t n_seq, rp_model **model,
+bool tool_load(const char *cmd, const model_opts *o_in, uint32_t n_seq, rp_model **model,
                rp_context **ctx, int *exit_code) {
+    model_opts copy = *o_in, *o = &copy; /* -t may be capped */
     *model = NULL;
     *ctx = NULL;
     *exit_code = 1;

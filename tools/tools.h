@@ -95,7 +95,13 @@ const char *base_name(const char *path); /* what follows the last '/' */
 /* "42s", "3m07s", "2h05m" */
 void fmt_duration(char *buf, size_t n, double seconds);
 char *tool_read_text(const char *cmd, const char *path, size_t *len); /* NULL on error */
-bool parse_int_list(const char *s, int32_t **out, size_t *n);         /* "1,2,3" or "1 2 3" */
+/* SIGINT / SIGTERM / SIGHUP remove the temporary files of the writes in
+ * progress (rp_atomic_remove_temps), then end the process as the signal would. */
+void tool_remove_temps_on_signals(void);
+/* -t N checked: negative refused; over the machine's cores capped to them
+ * (with a note) unless force. False after printing why. */
+bool tool_check_threads(const char *cmd, int *n_threads, bool force);
+bool parse_int_list(const char *s, int32_t **out, size_t *n); /* "1,2,3" or "1 2 3" */
 
 /* A growable byte buffer (text, or arrays of ids): data is NUL-terminated
  * after len; false when memory runs out (the buffer is unchanged). */
@@ -136,6 +142,7 @@ typedef struct model_opts {
     bool keep_hidden;      /* the context keeps final hidden states (speculative MTP drafting) */
     const char *plan_file; /* --plan FILE: a plan file (plan_resolve.c) */
     bool plan_force;       /* --plan-force: accept weights whose content hash differs */
+    bool threads_force;    /* --threads-force: -t beyond the machine's cores */
     str_list lora;         /* --lora FILE */
     str_list lora_scaled;  /* --lora-scaled FILE SCALE, as pairs */
 } model_opts;

@@ -305,6 +305,28 @@ static rp_status grow(void **p, size_t *cap, size_t need, size_t elem, const cha
 
 /* rp_decode over plan steps [begin, end) (end 0: the last step); see
  * rp_decode_steps. */
+/* NaN or Inf logits (weights that hold them, or overflow) would be sampled as
+ * token 0: an error naming the token instead, and no logits readable. */
+static rp_status check_finite(rp_context *c, const float *logits, int n_out, const int32_t *rows,
+                              int u0, const int32_t *pos, const int32_t *seq) {
+    const size_t nv = (size_t)c->model->hp.n_vocab;
+    for (int r = 0; r < n_out; r++) {
+        const float *l = logits + (size_t)r * nv;
+        float acc = 0; /* NaN or Inf anywhere makes acc * 0 NaN */
+        for (size_t j = 0; j < nv; j++) acc += l[j] * 0.0f;
+        if (acc == 0) continue;
+        size_t j = 0;
+        while (j < nv && isfinite(l[j])) j++;
+        const int i = u0 + rows[r];
+        c->n_batch_last = 0;
+        return rp_fail(RP_ERR_FORMAT,
+                       "decode: the logits of batch token %d (sequence %d, position %d) are not "
+                       "finite (logit %zu is %s): the weights or the plan produce NaN/Inf",
+                       i, seq[i], pos[i], j, j < nv && isnan(l[j]) ? "NaN" : "infinite");
+    }
+    return RP_OK;
+}
+
 static rp_status decode(rp_context *c, const rp_batch *b, int begin, int end, const float *x_in,
                         float *x_out) {
     if (!b || b->n_tokens < 1 || (!b->token && !b->embd))
@@ -410,6 +432,7 @@ static rp_status decode(rp_context *c, const rp_batch *b, int begin, int end, co
         };
         if ((s = m->arch->forward(c, &ub))) goto done;
         for (int i = 0; i < un; i++) c->state.seq_len[seq[u0 + i]] = pos[u0 + i] + 1;
+        if ((s = check_finite(c, ub.logits, uo, rows, u0, pos, seq))) goto done;
         out_base += uo;
     }
 done:

@@ -347,7 +347,7 @@ rp_status rp_seq_state_load_file(rp_context *c, int seq, const char *path) {
     if (s) return s;
     char *buf;
     size_t n;
-    if ((s = rp_read_file(path, &buf, &n))) return s;
+    if ((s = rp_read_file_max(path, (size_t)1 << 36, &buf, &n))) return s; /* 64 GiB of KV */
     s = rp_seq_state_load(c, seq, buf, n);
     if (s) rp_fail_prefix(s, "%s", path);
     free(buf);
