@@ -975,7 +975,8 @@ typedef struct rp_merge_info {
 } rp_merge_info;
 
 /* info may be NULL.
- *   RP_ERR_IO  the file cannot be written; RP_ERR_CANCELLED from progress */
+ *   RP_ERR_IO  the file cannot be written; RP_ERR_CANCELLED from progress;
+ *   RP_ERR_UNSUPPORTED  the context has LoRA adapters or step deltas */
 rp_status rp_merge_write(const rp_context *ctx, const char *path, rp_progress_fn progress,
                          void *user, rp_merge_info *info);
 

@@ -16,6 +16,12 @@ const char *const g_plan_help =
     "  --layer-map MAP       the whole sequence of source layers, comma separated; an item is a\n"
     "                        layer 'k' or an inclusive range 'a..b' (ExLlamaV3 style):\n"
     "                        '0..15,11..31' or '0,1,2,2,3'. Layers may repeat or be skipped.\n"
+    "  step deltas          an item or block may end in '@s=F' (residual scale F of its steps'\n"
+    "                        attention and FFN contributions) and '@lora=PATH[*F]' (an adapter\n"
+    "                        applied at those steps only); on a --repeat-layers block they apply\n"
+    "                        to its second pass: '5,6@s=0.707', '0..5,5@lora=j.gguf,6..11'.\n"
+    "  --lora FILE           a LoRA adapter GGUF (llama.cpp's format; reprise convert --lora)\n"
+    "                        on every step of its layers; --lora-scaled FILE F at scale F.\n"
     "  --plan FILE           a plan file (reprise plan save): its spec, applied only to the model\n"
     "                        it was made for (architecture, layer count, content hash of the\n"
     "                        weights); --plan-force accepts weights with another content hash.";

@@ -45,3 +45,5 @@ got=$(printf "%.4f" "$got")
 plain=$(awk -F, '$1 == 1 && $2 == 2 {printf "%.4f", $5}' "$T/s.csv")
 [ "$plain" != "$want" ] && ok scale_changes_ppl || fail scale_changes_ppl "$plain = $want"
 expect_error scan_bad_scale "not a scale" "$BIN" scan -m "$T/base.gguf" -f "$T/text.txt" -c 32 --chunks 2 --scales 1,x -o "$T/s2.csv" -q
+expect_error merge_refuses_deltas "carries deltas" "$BIN" merge -m "$T/base.gguf" --repeat-layers "0,1@s=0.5" -o "$T/m.gguf"
+[ ! -e "$T/m.gguf" ] && ok merge_no_output || fail merge_no_output "m.gguf written"
