@@ -47,3 +47,10 @@ plain=$(awk -F, '$1 == 1 && $2 == 2 {printf "%.4f", $5}' "$T/s.csv")
 expect_error scan_bad_scale "not a scale" "$BIN" scan -m "$T/base.gguf" -f "$T/text.txt" -c 32 --chunks 2 --scales 1,x -o "$T/s2.csv" -q
 expect_error merge_refuses_deltas "carries deltas" "$BIN" merge -m "$T/base.gguf" --repeat-layers "0,1@s=0.5" -o "$T/m.gguf"
 [ ! -e "$T/m.gguf" ] && ok merge_no_output || fail merge_no_output "m.gguf written"
+# an architecture whose forward does not apply deltas refuses them by name
+"$BIN" synth --arch zamba2 -o "$T/z.gguf" >/dev/null 2>&1
+if [ -s "$T/z.gguf" ]; then
+    expect_error deltas_unsupported_arch "forward does not apply" "$BIN" run -m "$T/z.gguf" --repeat-layers "1,2@s=0.5" -p hi
+else
+    fail deltas_unsupported_arch "synth zamba2 failed"
+fi
