@@ -432,7 +432,7 @@ static void print_pareto(const scan_view *v, int sign) {
  * the base plan's when there is one. */
 static rp_status write_heatmap(const scan_view *v, int sign, double identity) {
     const char *incomplete = v->n_cells < v->n_expected ? " (scan incomplete)" : "";
-    char title[256], note[320], on[RP_SCAN_PLAN_LEN + 40] = "";
+    char title[512], note[320], on[RP_SCAN_PLAN_LEN + 40] = "";
     const char *bd = rp_scan_csv_get(v->csv, "base-delta");
     const double base_delta = v->base.n && bd ? strtod(bd, NULL) : 0.0;
     if (v->base.n) {
