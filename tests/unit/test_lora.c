@@ -9,6 +9,7 @@
  * adapter is held to the rounded-weight bound 4 u max|logit| (u = 2^-11,
  * max|logit| < 10 here) and NMSE <= 1e-5 (measured 5.5e-3, 7e-7). */
 #include "convert/convert.h"
+#include "core/plan.h"
 #include "test.h"
 #include "base/util.h"
 
@@ -241,4 +242,44 @@ void test_lora_refusals(void) {
     /* two layer_replication adapters: two plans */
     run_cfg r8 = {.lora = {{g_a, 1.0f}, {g_rep, 1.0f}, {g_rep, 1.0f}}, .n_lora = 3};
     refused(&r8, RP_ERR_PLAN, "second layer_replication");
+}
+
+/* The grammar alone: which steps carry which deltas. */
+void test_lora_plan_grammar(void) {
+    rp_plan *p = NULL;
+    REQUIRE(!rp_plan_repeat("4,6@s=0.5@lora=x.gguf*2;9,10", 12, 12, &p), "%s", rp_last_error());
+    CHECK(p->n_eff == 15 && p->has_deltas, "n_eff %d", p->n_eff);
+    for (int e = 0; e < p->n_eff; e++) {
+        const bool second = e == 6 || e == 7;
+        CHECK(p->res_scale[e] == (second ? 0.5f : 1.0f), "step %d: residual %g", e,
+              (double)p->res_scale[e]);
+        CHECK(p->n_lora[e] == (second ? 1 : 0), "step %d: %d adapters", e, p->n_lora[e]);
+    }
+    CHECK(p->n_lora_path == 1 && !strcmp(p->lora_path[0], "x.gguf") &&
+              p->lora_scale[6 * RP_PLAN_STEP_LORA] == 2.0f,
+          "adapter x.gguf x2");
+    char buf[512];
+    rp_plan_format_deltas(p, buf, sizeof buf);
+    CHECK(!strcmp(buf, "  step 6 (src 4, pass 2): residual x0.5, lora x.gguf x2\n"
+                       "  step 7 (src 5, pass 2): residual x0.5, lora x.gguf x2\n"),
+          "deltas: %s", buf);
+    rp_plan_free(p);
+    /* a map item's modifiers apply to each of its steps; paths are interned */
+    REQUIRE(!rp_plan_map("0..2@lora=a@lora=b*0.5,1..2@lora=a", 4, 4, &p), "%s", rp_last_error());
+    CHECK(p->n_eff == 5 && p->n_lora_path == 2 && p->n_lora[0] == 2 && p->n_lora[4] == 1 &&
+              p->lora[4 * RP_PLAN_STEP_LORA] == 0 && p->lora_scale[RP_PLAN_STEP_LORA + 1] == 0.5f,
+          "map deltas");
+    rp_plan_free(p);
+    /* without modifiers: no deltas */
+    REQUIRE(!rp_plan_map("0..3,2..3", 4, 4, &p), "map");
+    CHECK(!p->has_deltas, "no deltas");
+    rp_plan_free(p);
+    static const char *bad[] = {"0@s=",      "0@s=x", "0@s=17",
+                                "0@lora=*2", "0@",    "0@lora=a@lora=b@lora=c@lora=d@lora=e",
+                                "0..1@t=1"};
+    for (size_t i = 0; i < RP_ARRAY_LEN(bad); i++) {
+        rp_status s = rp_plan_map(bad[i], 4, 4, &p);
+        CHECK(s == RP_ERR_PLAN && !p && strstr(rp_last_error(), "item 1"), "'%s': %d %s", bad[i], s,
+              rp_last_error());
+    }
 }
