@@ -698,8 +698,9 @@ typedef struct rp_scan_params {
     rp_scan_metric metric;
     int n_threads; /* 0: physical cores */
     int type_k, type_v;
-    int n_batch; /* tokens per pass; 0 = 512 */
-    bool reuse;  /* prefix reuse (falls back to whole plans where the architecture cannot) */
+    int n_batch;     /* tokens per pass; 0 = 512 */
+    bool reuse;      /* prefix reuse (falls back to whole plans where the architecture cannot) */
+    float res_scale; /* residual scale of each block's second pass ("i,j@s=F"); 0 or 1: none */
     /* kld: the identity's encoded distributions stay in memory up to this many
      * bytes (0: RP_SCAN_KLD_MEM_MAX), beyond it in an unlinked temporary file
      * under $TMPDIR (or /tmp) */
@@ -1078,7 +1079,8 @@ typedef struct rp_merge_info {
 } rp_merge_info;
 
 /* info may be NULL.
- *   RP_ERR_IO  the file cannot be written; RP_ERR_CANCELLED from progress */
+ *   RP_ERR_IO  the file cannot be written; RP_ERR_CANCELLED from progress;
+ *   RP_ERR_UNSUPPORTED  the context has LoRA adapters or step deltas */
 rp_status rp_merge_write(const rp_context *ctx, const char *path, rp_progress_fn progress,
                          void *user, rp_merge_info *info);
 
@@ -1100,6 +1102,12 @@ typedef struct rp_convert_params {
     const char *arch_opts;   /* options of the architecture's converter, "key[=value],..."
                               * (Zamba2: "merged", the older form with each visit's adapter
                               * baked into a full per-layer matrix); other keys are refused */
+    const char *lora_dir;    /* a PEFT LoRA directory (adapter_config.json,
+                              * adapter_model.safetensors): write a LoRA adapter GGUF
+                              * (general.type = adapter) for the base model of dir (whose
+                              * config.json alone is read; dir may be lora_dir when it holds
+                              * one). A layer_replication adapter also records its plan
+                              * (adapter.reprise.layer_map). */
 } rp_convert_params;
 
 rp_convert_params rp_convert_default_params(void);

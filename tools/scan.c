@@ -63,6 +63,9 @@ static int scan_parse(const char *cmd, scan_opts *o, int argc, char **argv) {
         {"--best", ARG_INT, &o->n_best, "N", "best blocks marked on the heatmap (default 3)"},
         {"--no-reuse", ARG_FLAG, &o->no_reuse, NULL,
          "run every plan from its first layer (for timing the reuse)"},
+        {"--scales", ARG_STR, &o->scales, "F,F,...",
+         "one scan per residual scale of each block's second pass ('i,j@s=F'); F != 1 writes "
+         "OUT-sF.csv"},
         {"--base-plan", ARG_STR, &o->base_plan, "SPEC|FILE",
          "scan blocks on top of this plan ('i,j;k,l' or a plan file)"},
         {"--beam", ARG_INT, &o->beam, "W",
@@ -302,6 +305,8 @@ static rp_status set_settings(scan_job *job) {
     const unsigned long long hash = (unsigned long long)rp_eval_text_hash(job->text, job->text_len);
     rp_status s =
         rp_scan_csv_set(csv, "model", true, "%s, %llu bytes", base_name(o->mo.model), model_bytes);
+    if (!s && o->scale != 1)
+        s = rp_scan_csv_set(csv, "residual-scale", true, "%g", (double)o->scale);
     if (!s) s = rp_scan_csv_set(csv, "model-desc", false, "%s", job->desc);
     if (!s && probe_metric(o->metric))
         s = rp_scan_csv_set(csv, "probes", true, "%zu bytes, xxh64 %016llx (%s)", job->text_len,
@@ -604,12 +609,36 @@ int cmd_scan(int argc, char **argv) {
     if (rc != ARGS_OK) return rc;
     if ((rc = scan_check(cmd, &o))) return rc;
     scan_job job = {.cmd = cmd, .o = &o};
-    scan_stats st = {0};
     rc = scan_load(&job);
-    if (!rc) rc = scan_settings(&job) ? 0 : 1;
-    if (g_verbosity > 0 && !rc) say_workload(&job);
-    if (!rc && !scan_execute(&job, &st)) rc = 1;
-    if (!rc) rc = !scan_report(&job, &st) ? 1 : st.interrupted ? 130 : 0;
+    /* --scales: the same scan once per residual scale, each to its own files */
+    const char *sc = o.scales ? o.scales : "1", *out0 = o.out, *png0 = o.png_path;
+    char out[1024], png[1024];
+    for (; !rc && *sc; sc += strcspn(sc, ",") + (sc[strcspn(sc, ",")] == ',')) {
+        char *end;
+        o.scale = strtof(sc, &end);
+        if (end == sc || (*end && *end != ',') || !(o.scale > 0 && o.scale <= 16)) {
+            tool_error(cmd, "--scales: '%.*s' is not a scale in (0, 16]", (int)strcspn(sc, ","),
+                       sc);
+            rc = 2;
+            break;
+        }
+        const size_t n =
+            strlen(out0) - (strlen(out0) > 4 && !strcmp(out0 + strlen(out0) - 4, ".csv") ? 4 : 0);
+        snprintf(out, sizeof out, "%.*s-s%g.csv", (int)n, out0, (double)o.scale);
+        snprintf(png, sizeof png, "%.*s-s%g.png", (int)strlen(png0) - 4, png0, (double)o.scale);
+        o.out = o.scale == 1 ? out0 : out;
+        o.png_path = o.scale == 1 ? png0 : png;
+        rp_scan_csv_free(&job.csv);
+        memset(&job.csv, 0, sizeof job.csv);
+        job.resumed = false;
+        scan_stats st = {0};
+        if (g_verbosity > 0 && o.scales)
+            fprintf(stderr, "scan: residual scale %g -> %s\n", (double)o.scale, o.out);
+        rc = scan_settings(&job) ? 0 : 1;
+        if (g_verbosity > 0 && !rc) say_workload(&job);
+        if (!rc && !scan_execute(&job, &st)) rc = 1;
+        if (!rc) rc = !scan_report(&job, &st) ? 1 : st.interrupted ? 130 : 0;
+    }
     rp_scan_csv_free(&job.csv);
     rp_scan_set_free(&job.set);
     free(job.blocks);

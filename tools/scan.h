@@ -12,6 +12,8 @@ typedef struct scan_opts {
     unsigned combine;
     int n_chunks, max_extra, start, end, n_best, beam, depth;
     bool no_reuse;
+    const char *scales; /* --scales: one scan per residual scale of the second pass */
+    float scale;        /* the scale of the scan being run (1: none) */
     /* from the checks */
     rp_scan_metric metric;
     bool c_given;

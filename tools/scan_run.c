@@ -202,6 +202,7 @@ static rp_status start(run_state *rs) {
         .n_batch = o->n_batch,
         .reuse = !o->no_reuse,
         .combine = o->combine,
+        .res_scale = o->scale,
         .progress = on_progress,
         .progress_user = &rs->prog,
     };

@@ -28,6 +28,7 @@ typedef enum arg_kind {
     ARG_STR,    /* const char * */
     ARG_STRS,   /* repeatable: str_list */
     ARG_KVTYPE, /* int rp_type, a KV cache type (rp_kv_type_supported) */
+    ARG_STRS2,  /* repeatable, two values each (--lora-scaled FILE SCALE): str_list pairs */
 } arg_kind;
 
 typedef struct str_list {
@@ -149,6 +150,8 @@ typedef struct model_opts {
     bool plan_force;          /* --plan-force: accept weights whose content hash differs */
     bool threads_force;       /* --threads-force: -t beyond the machine's cores */
     const char *dump_tensors; /* --dump-tensors DIR (or REPRISE_TRACE): the trace hook's files */
+    str_list lora;            /* --lora FILE */
+    str_list lora_scaled;     /* --lora-scaled FILE SCALE, as pairs */
 } model_opts;
 
 /* Which of the model options a command takes (-m, -c, -b, -t, -ctk, -ctv and

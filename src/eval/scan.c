@@ -1144,8 +1144,15 @@ rp_status rp_scan_plan_eval(rp_scan *s, const rp_scan_plan *p, int fork, rp_scan
             return rp_fail(RP_ERR_INVALID_ARG, "scan: block %d,%d is not 0 <= i < j <= %d",
                            p->b[k].i, p->b[k].j, s->n_layer);
     const double t0 = rp_time_s();
+    /* the context's spec: each block's second pass at the scan's residual scale */
+    char cspec[RP_SCAN_PLAN_LEN + 24 * RP_SCAN_MAX_BLOCKS];
+    const float rs = s->p.res_scale;
+    snprintf(cspec, sizeof cspec, "%s", spec);
+    for (int k = 0, o = 0; rs > 0 && rs != 1 && k < p->n; k++)
+        o += snprintf(cspec + o, sizeof cspec - (size_t)o, "%s%d-%d@s=%g", k ? ";" : "", p->b[k].i,
+                      p->b[k].j, (double)rs);
     rp_context *ctx = NULL;
-    rp_status st = new_ctx(s, p->n ? spec : NULL, &ctx);
+    rp_status st = new_ctx(s, p->n ? cspec : NULL, &ctx);
     if (st) return rp_fail_prefix(st, "plan %s", spec);
     const int n_eff = rp_context_n_eff(ctx);
     if (fork < 0 || fork >= n_eff || n_eff > RP_SCAN_MAX_STEPS) fork = 0;
