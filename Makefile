@@ -7,6 +7,7 @@
 #   make fuzz       build the libFuzzer targets (clang) and run each for FUZZ_SECONDS
 #   make format     clang-format every C source in place
 #   make bench      run the benchmark scripts under bench/ (long)
+#   make install    PREFIX=/usr/local DESTDIR= (scripts/packaging.mk); make uninstall
 #
 # BUILD=dir picks the output tree, so several trees can coexist.
 
@@ -123,5 +124,7 @@ format-check:
 
 clean:
 	rm -rf build build-san build-fuzz
+
+include scripts/packaging.mk
 
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_OBJ:.o=.d)

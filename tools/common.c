@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,8 +74,9 @@ static bool parse_value(const char *cmd, const arg_opt *o, const char *flag, con
     }
     case ARG_KVTYPE: {
         int t = rp_type_from_name(v);
-        if (t != RP_TYPE_F32 && t != RP_TYPE_F16) {
-            tool_error(cmd, "%s: cache type '%s' is not supported (use f32 or f16)", flag, v);
+        if (t < 0 || !rp_kv_type_supported(t)) {
+            tool_error(cmd, "%s: cache type '%s' is not supported (use one of %s)", flag, v,
+                       rp_kv_type_list());
             return false;
         }
         *(int *)o->ptr = t;
@@ -208,7 +210,18 @@ void tool_error(const char *cmd, const char *fmt, ...) {
 
 int tool_fail(const char *cmd, rp_status s) {
     const char *m = rp_last_error();
-    tool_error(cmd, "%s", m && *m ? m : rp_status_str(s));
+    /* messages quote names from files: no terminal control byte gets through */
+    char safe[4096];
+    size_t k = 0;
+    for (const unsigned char *p = (const unsigned char *)(m && *m ? m : rp_status_str(s));
+         *p && k + 5 < sizeof safe; p++) {
+        if ((*p < 0x20 && *p != '\n' && *p != '\t') || *p == 0x7f)
+            k += (size_t)snprintf(safe + k, sizeof safe - k, "\\x%02x", *p);
+        else
+            safe[k++] = (char)*p;
+    }
+    safe[k] = 0;
+    tool_error(cmd, "%s", safe);
     return 1;
 }
 
@@ -429,6 +442,10 @@ rp_status sampling_opts_apply(const sampling_opts *o, rp_sampler *smp, const rp_
 
 /* ---- text ---------------------------------------------------------------- */
 
+/* A text is read whole, so it is bounded: /dev/zero or an endless pipe stops
+ * here instead of at the end of memory. A pipe is read (`-f <(cmd)`). */
+#define TOOL_TEXT_MAX ((size_t)256 << 20)
+
 char *tool_read_text(const char *cmd, const char *path, size_t *len) {
     FILE *fp = fopen(path, "rb");
     if (!fp) {
@@ -438,8 +455,13 @@ char *tool_read_text(const char *cmd, const char *path, size_t *len) {
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap);
     size_t k;
+    bool too_big = false;
     while (buf && (k = fread(buf + n, 1, cap - n - 1, fp)) > 0) {
         n += k;
+        if (n > TOOL_TEXT_MAX) {
+            too_big = true;
+            break;
+        }
         if (cap - n - 1 == 0) {
             char *nb = realloc(buf, cap * 2);
             if (!nb) {
@@ -453,6 +475,12 @@ char *tool_read_text(const char *cmd, const char *path, size_t *len) {
     }
     bool err = ferror(fp);
     fclose(fp);
+    if (too_big) {
+        free(buf);
+        tool_error(cmd, "'%s' holds more than %zu MiB of text, the limit for a text file", path,
+                   TOOL_TEXT_MAX >> 20);
+        return NULL;
+    }
     if (!buf || err) {
         free(buf);
         tool_error(cmd, "cannot read '%s'", path);
@@ -461,6 +489,43 @@ char *tool_read_text(const char *cmd, const char *path, size_t *len) {
     buf[n] = 0;
     *len = n;
     return buf;
+}
+
+/* ---- threads ---------------------------------------------------------------- */
+
+bool tool_check_threads(const char *cmd, int *n_threads, bool force) {
+    if (*n_threads < 0) {
+        tool_error(cmd, "-t must be at least 0 (0 = the default: physical cores), got %d",
+                   *n_threads);
+        return false;
+    }
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores > 0 && *n_threads > cores && !force) {
+        fprintf(stderr,
+                "%s: note: -t %d is more than the %ld cores here: using %ld (--threads-force keeps "
+                "%d)\n",
+                cmd, *n_threads, cores, cores, *n_threads);
+        *n_threads = (int)cores;
+    }
+    return true;
+}
+
+/* ---- output files ---------------------------------------------------------- */
+
+static void on_fatal_signal(int sig) {
+    rp_atomic_remove_temps(); /* async-signal-safe: unlink only */
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void tool_remove_temps_on_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_fatal_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
 }
 
 bool parse_int_list(const char *s, int32_t **out, size_t *n) {

@@ -296,6 +296,13 @@ static bool run_check(const char *cmd, run_opts *o) {
                         "speculative decoding");
         return false;
     }
+    if (o->n_predict < -1) {
+        tool_error(cmd,
+                   "-n must be -1 (until the end of text or a full context) or at least 0, "
+                   "got %d",
+                   o->n_predict);
+        return false;
+    }
     if ((o->prompt != NULL) + (o->file != NULL) + (o->tokens != NULL) > 1) {
         tool_error(cmd, "give one of -p, -f and --tokens");
         return false;

@@ -8,6 +8,7 @@
  * reply helpers (JSON, errors, server-sent events) and the shutdown on
  * SIGTERM; serve_api.c the endpoints; serve_engine.c the inference thread. */
 #include "serve.h"
+#include "serve_conn.h"
 #include "spec_opts.h"
 
 #include <errno.h>
@@ -23,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SRV_CONN_LIMIT 512
+#define SRV_CONN_LIMIT 512 /* default --conn-limit */
 #define SRV_WAIT_SLICE 0.1 /* seconds between checks of the client's socket */
 
 struct srv_req {
@@ -348,6 +349,7 @@ static enum MHD_Result dispatch(srv_req *r) {
 
 static atomic_int g_in_flight; /* requests between their first byte and their completion */
 static bool g_log_requests;
+static srv_conn *g_conn; /* the connection layer (serve_conn.c) */
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *data,
@@ -365,6 +367,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r->t0 = now_s();
         *con_cls = r;
         atomic_fetch_add(&g_in_flight, 1);
+        srv_conn_headers_done(g_conn, c);
+        const char *framing = srv_conn_check_framing(c);
+        if (framing) { /* ambiguous framing: answered, and the connection closes */
+            r->too_big = true;
+            return srv_reply_error(r, 400, "invalid_request_error", "bad_request",
+                                   "the request has %s", framing);
+        }
         /* a declared length over the limit is refused before the body is read */
         const char *cl =
             MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -407,6 +416,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         fprintf(stderr, "serve: %s %s %u %.1f ms%s\n", r->method, r->url, r->status,
                 (now_s() - r->t0) * 1e3,
                 code == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
+    srv_conn_request_done(g_conn, c);
     tbuf_free(&r->body);
     free(r);
     *con_cls = NULL;
@@ -592,7 +602,8 @@ typedef struct serve_opts {
     const char *host, *api_key, *alias, *cors;
     tmpl_opts to;
     int port, n_parallel, plan_requests;
-    float timeout, grace;
+    int conn_limit, conn_limit_ip;
+    float timeout, grace, header_timeout;
     uint64_t max_body;
     bool verbose;
     str_list plans;
@@ -618,6 +629,14 @@ static int serve_parse(const char *cmd, serve_opts *o, int argc, char **argv) {
          "allow browsers on ORIGIN ('*': any) to call the API (CORS headers, OPTIONS)"},
         {"--grace", ARG_FLOAT, &o->grace, "S",
          "on SIGTERM, seconds running requests get to finish (default 10)"},
+        {"--conn-limit", ARG_INT, &o->conn_limit, "N",
+         "open connections at most (default 512; when full, the oldest one still sending its "
+         "headers is dropped, else 503)"},
+        {"--conn-limit-per-ip", ARG_INT, &o->conn_limit_ip, "N",
+         "open connections from one client address at most (default 128, 0 = no cap; over: "
+         "503)"},
+        {"--header-timeout", ARG_FLOAT, &o->header_timeout, "S",
+         "seconds a client has to send a request's headers (default 10; over: 408)"},
         {"-v|--verbose", ARG_FLAG, &o->verbose, NULL, "log every request"},
         {"--plan-requests", ARG_INT, &o->plan_requests, "N",
          "build up to N more plans that requests name by spec (\"plan\": \"26,34\"; default 0)"},
@@ -676,6 +695,12 @@ static bool serve_check(const char *cmd, const serve_opts *o) {
                    o->plan_requests);
     else if (o->api_key && !*o->api_key)
         tool_error(cmd, "--api-key is empty");
+    else if (o->alias && !*o->alias)
+        tool_error(cmd, "--alias is empty (a model needs a name; leave -a out for the file name)");
+    else if (o->conn_limit < 1 || o->conn_limit > 4096 || o->conn_limit_ip < 0)
+        tool_error(cmd, "--conn-limit must be in 1..4096 and --conn-limit-per-ip at least 0");
+    else if (!(o->header_timeout > 0) || o->header_timeout > 3600)
+        tool_error(cmd, "--header-timeout must be in (0, 3600] seconds");
     else
         return true;
     return false;
@@ -752,17 +777,33 @@ static struct MHD_Daemon *serve_start(const char *cmd, const serve_opts *o, srv_
         return NULL;
     }
     unsigned idle = o->timeout > 0 && o->timeout < 600 ? (unsigned)o->timeout + 1 : 600;
-    /* the logger goes first: libmicrohttpd warns about options read before it */
+    /* the connection layer accepts and hands sockets to the daemon; the logger is
+     * the first option: libmicrohttpd warns about options read before it */
+    const srv_conn_opts co = {.max_conns = o->conn_limit,
+                              .max_per_ip = o->conn_limit_ip,
+                              .header_timeout = o->header_timeout};
+    g_conn = srv_conn_new(lfd, &co);
     struct MHD_Daemon *d =
-        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-                             MHD_USE_ITC | MHD_USE_POLL | MHD_USE_ERROR_LOG,
-                         0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-                         MHD_OPTION_LISTEN_SOCKET, (MHD_socket)lfd, MHD_OPTION_NOTIFY_COMPLETED,
-                         on_completed, srv, MHD_OPTION_CONNECTION_TIMEOUT, idle,
-                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)SRV_CONN_LIMIT, MHD_OPTION_END);
+        !g_conn ? NULL
+                : MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+                                       MHD_USE_ITC | MHD_USE_POLL | MHD_USE_ERROR_LOG |
+                                       MHD_USE_NO_LISTEN_SOCKET,
+                                   0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER,
+                                   mhd_log, NULL, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+                                   MHD_OPTION_NOTIFY_CONNECTION, srv_conn_notify, g_conn,
+                                   MHD_OPTION_CONNECTION_TIMEOUT, idle, MHD_OPTION_CONNECTION_LIMIT,
+                                   (unsigned)(2 * o->conn_limit + 16), MHD_OPTION_END);
+    if (d && !srv_conn_start(g_conn, d)) {
+        MHD_stop_daemon(d);
+        d = NULL;
+    }
     if (!d) {
         tool_error(cmd, "cannot start the HTTP server on %s:%d", o->host, bound);
-        close(lfd);
+        if (g_conn)
+            srv_conn_free(g_conn); /* closes lfd */
+        else
+            close(lfd);
+        g_conn = NULL;
         return NULL;
     }
     if (g_verbosity > 0) {
@@ -800,8 +841,8 @@ static void serve_until_signal(srv_server *srv, struct MHD_Daemon *d, const sigs
     }
     atomic_store(&srv->stopping, true);
     srv_engine_drain(srv->engine, grace);
-    MHD_socket ls = MHD_quiesce_daemon(d);
-    if (ls != MHD_INVALID_SOCKET) close(ls);
+    (void)d;
+    srv_conn_stop(g_conn); /* stops accepting, closes the listening socket */
     srv_engine_stop(srv->engine, grace);
     for (double until = now_s() + 5.0; atomic_load(&g_in_flight) > 0 && now_s() < until;)
         usleep(10000);
@@ -839,6 +880,9 @@ int cmd_serve(int argc, char **argv) {
                     .n_parallel = 1,
                     .timeout = 600.0f,
                     .grace = 10.0f,
+                    .header_timeout = 10.0f,
+                    .conn_limit = SRV_CONN_LIMIT,
+                    .conn_limit_ip = 128,
                     .max_body = 4u << 20};
     model_opts_init(&o.mo);
     spec_opts_init(&o.so);
@@ -913,6 +957,8 @@ int cmd_serve(int argc, char **argv) {
         rc = 0;
     }
     if (d) MHD_stop_daemon(d);
+    srv_conn_free(g_conn);
+    g_conn = NULL;
     srv_engine_free(srv.engine);
     rp_grammar_vocab_free(srv.gv);
     chat_tmpl_free(&srv.tmpl);

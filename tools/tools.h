@@ -27,7 +27,7 @@ typedef enum arg_kind {
     ARG_FLOAT,  /* float */
     ARG_STR,    /* const char * */
     ARG_STRS,   /* repeatable: str_list */
-    ARG_KVTYPE, /* int rp_type, f32 | f16 */
+    ARG_KVTYPE, /* int rp_type, a KV cache type (rp_kv_type_supported) */
 } arg_kind;
 
 typedef struct str_list {
@@ -94,7 +94,13 @@ const char *base_name(const char *path); /* what follows the last '/' */
 /* "42s", "3m07s", "2h05m" */
 void fmt_duration(char *buf, size_t n, double seconds);
 char *tool_read_text(const char *cmd, const char *path, size_t *len); /* NULL on error */
-bool parse_int_list(const char *s, int32_t **out, size_t *n);         /* "1,2,3" or "1 2 3" */
+/* SIGINT / SIGTERM / SIGHUP remove the temporary files of the writes in
+ * progress (rp_atomic_remove_temps), then end the process as the signal would. */
+void tool_remove_temps_on_signals(void);
+/* -t N checked: negative refused; over the machine's cores capped to them
+ * (with a note) unless force. False after printing why. */
+bool tool_check_threads(const char *cmd, int *n_threads, bool force);
+bool parse_int_list(const char *s, int32_t **out, size_t *n); /* "1,2,3" or "1 2 3" */
 
 /* A growable byte buffer (text, or arrays of ids): data is NUL-terminated
  * after len; false when memory runs out (the buffer is unchanged). */
@@ -138,9 +144,11 @@ typedef struct model_opts {
     const char *layer_map;
     bool dump_plan;
     bool quiet;
-    bool keep_hidden;      /* the context keeps final hidden states (speculative MTP drafting) */
-    const char *plan_file; /* --plan FILE: a plan file (plan_resolve.c) */
-    bool plan_force;       /* --plan-force: accept weights whose content hash differs */
+    bool keep_hidden;         /* the context keeps final hidden states (speculative MTP drafting) */
+    const char *plan_file;    /* --plan FILE: a plan file (plan_resolve.c) */
+    bool plan_force;          /* --plan-force: accept weights whose content hash differs */
+    bool threads_force;       /* --threads-force: -t beyond the machine's cores */
+    const char *dump_tensors; /* --dump-tensors DIR (or REPRISE_TRACE): the trace hook's files */
 } model_opts;
 
 /* Which of the model options a command takes (-m, -c, -b, -t, -ctk, -ctv and
@@ -151,6 +159,8 @@ enum {
     MO_PLAN_FORCE = 4, /* --plan-force */
     MO_DUMP = 8,       /* --dump-plan */
     MO_CHUNKS = 16,    /* -c and -b read as chunks of a text (perplexity, scan) */
+    MO_LISTS = 32,     /* -t, -ctk, -ctv left to the command (bench: comma lists) */
+    MO_SCALAR = 64,    /* (an entry's flag: present unless MO_LISTS) */
     MO_ALL = MO_SPEC | MO_PLAN_FILE | MO_PLAN_FORCE | MO_DUMP,
 };
 
@@ -162,12 +172,21 @@ extern const char *const g_plan_help; /* how the plan grammars read, for --help 
 /* The model of o->model with progress on a terminal; NULL after printing an
  * error. vocab_only loads the tokenizer alone. */
 rp_model *tool_load_model(const char *cmd, const char *path, bool vocab_only);
+/* The context of o over model m, its plan resolved; NULL after printing an
+ * error. */
+rp_context *tool_context_new(const char *cmd, const model_opts *o, const rp_model *m,
+                             uint32_t n_seq);
 /* The context parameters of o (its plan not resolved yet). */
 rp_context_params model_opts_context(const model_opts *o, uint32_t n_seq);
 /* Loads the model and creates a context; prints the plan report. With
  * --dump-plan prints the plan and returns false with *exit_code 0. */
 bool tool_load(const char *cmd, const model_opts *o, uint32_t n_seq, rp_model **model,
                rp_context **ctx, int *exit_code);
+/* Sets ctx's trace hook to write every tensor it hands to dir (created if
+ * missing): dir/index.tsv, one line per tensor (call, name, step, src, rows,
+ * width, positions, file), and the file NNNNNN-NAME-STEP.f32 of its values
+ * (float32, rows x width). false after printing an error. */
+bool tool_trace_open(const char *cmd, rp_context *ctx, const char *dir);
 /* The context's plan report (rp_context_plan_report) on fp. */
 void tool_print_plan(FILE *fp, const rp_context *ctx);
 
@@ -204,6 +223,7 @@ int cmd_merge(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_gguf_copy(int argc, char **argv);
+int cmd_compare(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_scan(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
