@@ -209,8 +209,12 @@ static rp_status start(run_state *rs) {
     rp_status s = rp_scan_new(job->model, &job->set, &sp, &rs->scan);
     if (s) return s;
     rs->st->reusing = rp_scan_reusing(rs->scan);
+    const bool gen = o->metric == RP_SCAN_MATH || o->metric == RP_SCAN_EQ ||
+                     (o->metric == RP_SCAN_COMBINED && (job->set.n_math || job->set.n_eq));
     if (!o->no_reuse && !rs->st->reusing && g_verbosity > 0)
-        fprintf(stderr, "scan: the %s forward pass runs whole plans only: no prefix reuse\n",
+        fprintf(stderr,
+                gen ? "scan: generation probes run every plan whole: no prefix reuse\n"
+                    : "scan: the %s forward pass runs whole plans only: no prefix reuse\n",
                 rp_model_arch(job->model));
     rs->started = true;
     rs->prog.units_now = job->n_layer;
