@@ -267,6 +267,16 @@ const char *rp_arch_list(void);
 
 typedef struct rp_context rp_context;
 
+/* A LoRA adapter (llama.cpp's GGUF adapter format: general.type = adapter,
+ * adapter.type = lora, adapter.lora.alpha, tensors "<base name>.lora_a" /
+ * ".lora_b"; reprise convert --lora writes one from a PEFT directory). It is
+ * applied as y += scale * alpha/rank * B (A x) on every plan step that runs
+ * a layer it has tensors for; the base weights are not touched (any type). */
+typedef struct rp_lora_params {
+    const char *path;
+    float scale; /* llama.cpp's --lora-scaled SCALE (--lora: 1) */
+} rp_lora_params;
+
 typedef struct rp_context_params {
     uint32_t n_ctx;     /* positions per sequence; 0 = min(training context, 4096) */
     uint32_t n_batch;   /* tokens computed together in one pass; 0 = 512 */
@@ -287,6 +297,13 @@ typedef struct rp_context_params {
      * Vulkan device (rp_device_list). On a device every plan step runs there
      * or the context is refused; there is no CPU fallback. */
     const char *device;
+    /* LoRA adapters on every step (n_lora of them; the array and its paths
+     * are read during rp_context_new only). An adapter converted from a PEFT
+     * layer_replication checkpoint carries its own layer map: it becomes the
+     * plan when no plan is given, and must equal the plan otherwise. Per-step
+     * adapters and residual scales are part of the plan spec ('@' modifiers). */
+    const rp_lora_params *lora;
+    int n_lora;
 } rp_context_params;
 
 rp_context_params rp_context_default_params(void);
@@ -306,8 +323,16 @@ const char *rp_kv_type_list(void);
  *                       heads that are not a multiple of 32 wide, n_ctx or
  *                       n_seq_max too large, both plan specs
  *   RP_ERR_PLAN         the spec does not fit the model (the message names the
- *                       block or item and why)
- *   RP_ERR_UNSUPPORTED  params.device names a device the model cannot run on:
+ *                       block or item and why), or a layer_replication
+ *                       adapter's layer map differs from the plan
+ *   RP_ERR_IO           an adapter file cannot be opened
+ *   RP_ERR_FORMAT       an adapter is not a LoRA GGUF for this model (wrong
+ *                       architecture, a tensor without its pair or base, a
+ *                       shape that does not fit; the message names it)
+ *   RP_ERR_UNSUPPORTED  adapters or step deltas on an architecture whose
+ *                       forward does not apply them, or a LoRA on a tensor
+ *                       other than the layers' attention and FFN matrices;
+ *                       params.device names a device the model cannot run on:
  *                       an architecture without a device forward, a weight
  *                       type without device kernels (the message names the
  *                       tensor and type), a cache type the device lacks; or
@@ -343,6 +368,9 @@ int rp_context_plan_format(const rp_context *ctx, char *buf, size_t size);
  * (repeating those reliably gives incoherent output); the band width goes to
  * *band (may be NULL). 0 = none. */
 int rp_context_boundary_repeats(const rp_context *ctx, int *band);
+/* Bytes of the LoRA adapters (global and per-step) this context holds: its
+ * weight memory beyond the model's. */
+uint64_t rp_context_adapter_bytes(const rp_context *ctx);
 /* Multi-line human description of the plan (the load-time report). Returns the
  * length the full text needs (like snprintf). */
 int rp_context_plan_report(const rp_context *ctx, char *buf, size_t size);

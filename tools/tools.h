@@ -28,6 +28,7 @@ typedef enum arg_kind {
     ARG_STR,    /* const char * */
     ARG_STRS,   /* repeatable: str_list */
     ARG_KVTYPE, /* int rp_type, a KV cache type (rp_kv_type_supported) */
+    ARG_STRS2,  /* repeatable, two values each (--lora-scaled FILE SCALE): str_list pairs */
 } arg_kind;
 
 typedef struct str_list {
@@ -152,6 +153,8 @@ typedef struct model_opts {
     int n_gpu_layers;         /* -ngl N: 0 = the CPU, >= the layer count = all; -1 = not given */
     const char *device;       /* -dev NAME: cpu, vulkan0, ... */
     bool list_devices;        /* --list-devices */
+    str_list lora;            /* --lora FILE */
+    str_list lora_scaled;     /* --lora-scaled FILE SCALE, as pairs */
 } model_opts;
 
 /* Which of the model options a command takes (-m, -c, -b, -t, -ctk, -ctv and

@@ -42,6 +42,9 @@ struct rp_arch {
     bool step_ranges;
     /* forward runs on any backend (rp_context.be, a device); false: the CPU only */
     bool on_device;
+    /* forward calls rp_ctx_delta / rp_ctx_residual (core/delta.h): LoRA
+     * adapters and per-step residual scales apply */
+    bool deltas;
     /* Optional: metadata a physically merged file of this plan needs beyond
      * block_count (explicit per-layer arrays). */
     rp_status (*merge_meta)(const rp_model *m, const rp_plan *plan, rp_gguf_writer *w);

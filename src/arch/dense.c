@@ -1,6 +1,7 @@
 #include "arch/dense.h"
 #include "backend/backend.h"
 #include "base/util.h"
+#include "core/delta.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -162,6 +163,24 @@ static void forward_input(rp_context *c, const rp_ubatch *ub, dense_ctx *d, int 
     if (hp->embd_scale != 1.0f) rp_be_scale(c->be, d->x, hp->embd_scale, (int)n);
 }
 
+/* LoRA adapters and residual scales (core/delta.h) on the host rows of the
+ * CPU backend; a device context with deltas is refused (context_dev.c). */
+static void delta(rp_context *c, int e, int k, const rp_tensor *const *w, const rp_bx *y, rp_bx x,
+                  int n) {
+    if (!c->deltas) return;
+    float *yp[RP_BE_MAX_N];
+    for (int i = 0; i < k; i++) yp[i] = rp_backend_cpu_ptr(c->be, y[i]);
+    rp_ctx_delta(&c->cc, c->deltas, e, k, w, yp, rp_backend_cpu_ptr(c->be, x), n);
+}
+
+static void residual(rp_context *c, int e, rp_bx x, rp_bx y, int n, int E) {
+    if (c->deltas)
+        rp_ctx_residual(c->deltas, e, rp_backend_cpu_ptr(c->be, x), rp_backend_cpu_ptr(c->be, y), n,
+                        E);
+    else
+        rp_be_add(c->be, x, y, n * E);
+}
+
 /* Rows [0, n) of width w of x for the trace hook as tensor `name` of step e
  * (read back from a device first; the CPU's rows are handed over in place). */
 static void trace_bx(rp_context *c, const rp_ubatch *ub, const char *name, int e, rp_bx x, int n,
@@ -218,6 +237,7 @@ rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
         const rp_tensor *w3[3] = {L->wq, L->wk, L->wv};
         const rp_bx y3[3] = {d->q, d->k, d->v};
         rp_be_matmul_n(be, 3, w3, y3, d->xn, n);
+        delta(c, e, 3, w3, y3, d->xn, n);
         rp_be_add_row(be, d->q, L->bq, wq, n);
         rp_be_add_row(be, d->k, L->bk, wk, n);
         rp_be_add_row(be, d->v, L->bv, wv, n);
@@ -252,13 +272,14 @@ rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
         rp_be_attention(be, &a);
         TRACE("kqv_out", e, d->att, wo);
         rp_be_matmul(be, L->wo, d->att, n, d->tmp);
+        delta(c, e, 1, &L->wo, &d->tmp, d->att, n);
         rp_be_add_row(be, d->tmp, L->bo, E, n);
         TRACE("attn_out", e, d->tmp, E);
         if (L->attn_post_norm) {
             rp_be_norm(be, RP_BNORM_RMS, d->tmp, d->tmp, L->attn_post_norm, NULL, E, n, hp->eps);
             TRACE("attn_post_norm", e, d->tmp, E);
         }
-        rp_be_add(be, d->x, d->tmp, n * E);
+        residual(c, e, d->x, d->tmp, n, E);
         TRACE("ffn_inp", e, d->x, E);
 
         /* After the last step's attention only the output rows matter. */
@@ -276,17 +297,19 @@ rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
         const rp_tensor *w2[2] = {L->ffn_gate, L->ffn_up};
         const rp_bx y2[2] = {d->gate, d->up};
         rp_be_matmul_n(be, 2, w2, y2, d->xn, n);
+        delta(c, e, 2, w2, y2, d->xn, n);
         TRACE("ffn_gate", e, d->gate, li->n_ff);
         TRACE("ffn_up", e, d->up, li->n_ff);
         rp_be_act_mul(be, (rp_bact)cfg->act, d->gate, d->up, n * li->n_ff);
         TRACE("ffn_act", e, d->gate, li->n_ff);
         rp_be_matmul(be, L->ffn_down, d->gate, n, d->tmp);
+        delta(c, e, 1, &L->ffn_down, &d->tmp, d->gate, n);
         TRACE("ffn_out", e, d->tmp, E);
         if (L->ffn_post_norm) {
             rp_be_norm(be, RP_BNORM_RMS, d->tmp, d->tmp, L->ffn_post_norm, NULL, E, n, hp->eps);
             TRACE("ffn_post_norm", e, d->tmp, E);
         }
-        rp_be_add(be, d->x, d->tmp, n * E);
+        residual(c, e, d->x, d->tmp, n, E);
         TRACE("l_out", e, d->x, E);
     }
     if (e_end < plan->n_eff) {

@@ -236,6 +236,7 @@ extern const rp_conv_hooks rp_conv_gemma3; /* gemma3_convert.c */
                          .forward = rp_dense_forward,                                              \
                          .step_ranges = true,                                                      \
                          .on_device = true,                                                        \
+                         .deltas = true,                                                           \
                          .merge_meta = merge_meta_gemma,                                           \
                          .synth = synthfn,                                                         \
                          .hf_classes = hf,                                                         \

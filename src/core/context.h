@@ -53,8 +53,10 @@ struct rp_context {
      * attn_scratch, or a device shared by the model's contexts on it; each
      * plan step's cache there (NULL where the step has none). */
     rp_backend *be;
-    rp_bkv **bkv;         /* [n_eff] */
-    bool on_device;       /* be is not the CPU: state lives there, not in state.kv */
+    rp_bkv **bkv;   /* [n_eff] */
+    bool on_device; /* be is not the CPU: state lives there, not in state.kv */
+    struct rp_deltas
+        *deltas;          /* LoRA adapters and residual scales per step (core/delta.h), or NULL */
     bool pool_borrowed;   /* cc.pool belongs to another context (rp_context_share_pool) */
     rp_abort_fn abort_fn; /* rp_context_set_abort: asked before each pass of a decode */
     void *abort_user;

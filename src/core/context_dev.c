@@ -158,6 +158,11 @@ rp_status rp_ctx_dev_init(rp_context *c) {
                            "device %s: the %s forward runs on the CPU only (the device runs "
                            "llama, qwen2, qwen3, gemma2 and gemma3 so far); use -ngl 0",
                            dev, m->arch->name);
+        if (c->deltas)
+            return rp_fail(RP_ERR_UNSUPPORTED,
+                           "device %s: LoRA adapters and step deltas run on the CPU only so far; "
+                           "use -ngl 0",
+                           dev);
         if ((s = share_get(m, dev, &c->be))) return s;
         c->on_device = true;
     }
