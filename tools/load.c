@@ -38,7 +38,9 @@ const arg_opt *model_opts_table(model_opts *o, unsigned which) {
         {0,
          {"-c|--ctx-size", ARG_U32, &o->n_ctx, "N",
           chunks ? "tokens per chunk (default 512, or the training context if smaller)"
-                 : "context size per sequence (0 = model's, max 4096)"}},
+                 : "context size per sequence (default 0: the model's training context, "
+                   "at most 4096; more is accepted, with a warning past the training "
+                   "context)"}},
         {0,
          {"-b|--batch-size", ARG_U32, &o->n_batch, "N",
           chunks ? "tokens per decode: max(1, N/c) chunks together (default 512)"
@@ -67,6 +69,9 @@ const arg_opt *model_opts_table(model_opts *o, unsigned which) {
          {"--plan-force", ARG_FLAG, &o->plan_force, NULL,
           "apply --plan to weights with another content hash"}},
         {MO_DUMP, {"--dump-plan", ARG_FLAG, &o->dump_plan, NULL, "print the layer plan and exit"}},
+        {MO_DUMP,
+         {"--dump-tensors", ARG_STR, &o->dump_tensors, "DIR",
+          "write the forward's named intermediate tensors to DIR (also REPRISE_TRACE=DIR)"}},
         {0, {"-q|--quiet", ARG_FLAG, &o->quiet, NULL, "only errors on stderr"}},
     };
     size_t k = 0;
@@ -152,8 +157,22 @@ bool tool_load(const char *cmd, const model_opts *o_in, uint32_t n_seq, rp_model
         return false;
     }
     if (!plan_opts_check(cmd, o) || !(*model = tool_load_model(cmd, o->model, false))) return false;
+    const int n_train = rp_model_n_ctx_train(*model);
+    if (n_train > 0 && o->n_ctx > (uint32_t)n_train && g_verbosity > 0)
+        fprintf(stderr,
+                "%s: warning: -c %u is past the model's training context (%d): quality may drop "
+                "beyond %d positions\n",
+                cmd, o->n_ctx, n_train, n_train);
     if (!(*ctx = tool_context_new(cmd, o, *model, n_seq))) {
         rp_model_free(*model);
+        *model = NULL;
+        return false;
+    }
+    const char *trace_dir = o->dump_tensors ? o->dump_tensors : getenv("REPRISE_TRACE");
+    if (trace_dir && *trace_dir && !o->dump_plan && !tool_trace_open(cmd, *ctx, trace_dir)) {
+        rp_context_free(*ctx);
+        rp_model_free(*model);
+        *ctx = NULL;
         *model = NULL;
         return false;
     }

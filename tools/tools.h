@@ -116,15 +116,21 @@ void tbuf_free(tbuf *b);
 
 typedef struct sampling_opts {
     rp_sampler_params sp;
-    uint64_t seed;
+    const char *seed_text; /* -s as given ("-1": random) */
+    uint64_t seed;         /* the seed used (sampling_opts_check) */
+    bool ignore_eos, verbose;
 } sampling_opts;
 
 void sampling_opts_init(sampling_opts *o);
-/* -s, --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n,
- * --frequency-penalty, --presence-penalty */
+/* -s, --temp, --top-k, --top-p, --min-p, the penalties, llama.cpp's other
+ * samplers (typical, top-n-sigma, XTC, DRY, Mirostat, --samplers),
+ * --ignore-eos, -v */
 const arg_opt *sampling_opts_table(sampling_opts *o);
-/* Checks the ranges (prints the error) and completes o->sp (seed, temp). */
+/* Checks the ranges (prints the error) and completes o->sp (the seed: -1
+ * draws one, printed at -v). */
 bool sampling_opts_check(const char *cmd, sampling_opts *o);
+/* What the parameters alone do not carry: DRY's vocabulary, --ignore-eos. */
+rp_status sampling_opts_apply(const sampling_opts *o, rp_sampler *smp, const rp_vocab *v);
 
 /* ---- model + context options (load.c) -------------------------------------------- */
 
@@ -138,10 +144,11 @@ typedef struct model_opts {
     const char *layer_map;
     bool dump_plan;
     bool quiet;
-    bool keep_hidden;      /* the context keeps final hidden states (speculative MTP drafting) */
-    const char *plan_file; /* --plan FILE: a plan file (plan_resolve.c) */
-    bool plan_force;       /* --plan-force: accept weights whose content hash differs */
-    bool threads_force;    /* --threads-force: -t beyond the machine's cores */
+    bool keep_hidden;         /* the context keeps final hidden states (speculative MTP drafting) */
+    const char *plan_file;    /* --plan FILE: a plan file (plan_resolve.c) */
+    bool plan_force;          /* --plan-force: accept weights whose content hash differs */
+    bool threads_force;       /* --threads-force: -t beyond the machine's cores */
+    const char *dump_tensors; /* --dump-tensors DIR (or REPRISE_TRACE): the trace hook's files */
 } model_opts;
 
 /* Which of the model options a command takes (-m, -c, -b, -t, -ctk, -ctv and
@@ -175,6 +182,11 @@ rp_context_params model_opts_context(const model_opts *o, uint32_t n_seq);
  * --dump-plan prints the plan and returns false with *exit_code 0. */
 bool tool_load(const char *cmd, const model_opts *o, uint32_t n_seq, rp_model **model,
                rp_context **ctx, int *exit_code);
+/* Sets ctx's trace hook to write every tensor it hands to dir (created if
+ * missing): dir/index.tsv, one line per tensor (call, name, step, src, rows,
+ * width, positions, file), and the file NNNNNN-NAME-STEP.f32 of its values
+ * (float32, rows x width). false after printing an error. */
+bool tool_trace_open(const char *cmd, rp_context *ctx, const char *dir);
 /* The context's plan report (rp_context_plan_report) on fp. */
 void tool_print_plan(FILE *fp, const rp_context *ctx);
 
@@ -211,6 +223,7 @@ int cmd_merge(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_gguf_copy(int argc, char **argv);
+int cmd_compare(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_scan(int argc, char **argv);
 int cmd_plan(int argc, char **argv);

@@ -519,9 +519,12 @@ void rp_forward_output(rp_context *c, const rp_ubatch *ub, float *x, bool compac
                      (const float *)m->output_norm_b->data, ne, ub->n_out, m->hp.eps);
     else
         rp_rmsnorm(tmp, x, (const float *)m->output_norm->data, ne, ub->n_out, m->hp.eps);
+    const int e_out = c->plan->n_eff;
+    rp_trace_emit(c, ub, "result_norm", e_out, -1, tmp, ub->n_out, ne, true);
     rp_matmul(&c->cc, m->output, tmp, ub->n_out, ub->logits);
     if (m->hp.final_softcap > 0)
         rp_softcap(ub->logits, m->hp.final_softcap, ub->n_out * m->hp.n_vocab);
+    rp_trace_emit(c, ub, "result_output", e_out, -1, ub->logits, ub->n_out, m->hp.n_vocab, true);
 }
 
 /* ---- sequence checkpoints ------------------------------------------------ */
