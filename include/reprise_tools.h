@@ -46,7 +46,18 @@ extern "C" {
 
 RP_API_BEGIN
 
-/* ==== Output files =================================================
+/* ==== Output files ========================================================
+ * Every file the library writes goes to a temporary file renamed over the
+ * target on success. A symbolic link's target is written; an existing file
+ * keeps its mode; a read-only (no write bit) or non-regular target is refused,
+ * except a character device, written through (so an output of /dev/null
+ * discards it). A file the process holds open as an input (same device and
+ * inode: a model, a checkpoint) is refused unless allowed here. */
+void rp_output_allow_inputs(bool allow);
+/* Unlinks the temporary files of the writes in progress. Async-signal-safe:
+ * for a SIGINT / SIGTERM / SIGHUP handler, which then ends the process. */
+void rp_atomic_remove_temps(void);
+
 /* ==== GGUF files ==========================================================
  * A GGUF v2/v3 reader. The file is untrusted: every count, length, offset and
  * dimension is checked against the file size with overflow-checked arithmetic
