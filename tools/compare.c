@@ -186,11 +186,19 @@ static float *trace_load(const char *cmd, const trace_dir *t, const trace_ent *e
     return f;
 }
 
+static bool trace_has(const trace_dir *b, const char *name) {
+    for (int i = 0; i < b->n; i++)
+        if (!strcmp(b->e[i].name, name)) return true;
+    return false;
+}
+
 /* The entry of b holding tensor (name, step) at position pos, and its row:
  * the last such (llama.cpp names a tensor and its reshaped, normed and roped
  * successors alike: "Qcur-0"; the last is the one the next op reads). */
 static const trace_ent *trace_find(const trace_dir *b, const char *name, int step, int32_t pos,
                                    int *row) {
+    /* llama.cpp's name of the token embeddings' rows */
+    if (!strcmp(name, "inp_embd") && !trace_has(b, name)) name = "embd";
     for (int i = b->n - 1; i >= 0; i--) {
         const trace_ent *e = &b->e[i];
         /* the output's step is n_eff in reprise, none in llama.cpp */
@@ -212,7 +220,7 @@ static int trace_cmp_ent(const char *cmd, const cmp_opts *o, const trace_dir *a,
     if (!xa) return -1;
     int res = 0;
     double e2 = 0, s2 = 0, md = 0;
-    int md_pos = -1, md_i = -1, first_pos = -1;
+    int md_pos = -1, md_i = -1, first_pos = -1, rows_found = 0;
     for (int r = 0; r < ea->rows && res >= 0; r++) {
         int rb = 0;
         const trace_ent *eb = trace_find(b, ea->name, ea->step, ea->pos[r], &rb);
@@ -238,9 +246,14 @@ static int trace_cmp_ent(const char *cmd, const cmp_opts *o, const trace_dir *a,
         }
         free(xb);
         (*compared)++;
+        rows_found++;
     }
     free(xa);
     if (res) return res;
+    if (!rows_found) {
+        if (o->all) printf("%-16s step %3d: not in %s\n", ea->name, ea->step, b->dir);
+        return 0;
+    }
     const bool differs = first_pos >= 0;
     if (differs || o->all)
         printf("%-16s step %3d: nmse %.3g max_abs %.4g (position %d, index %d)%s\n", ea->name,
