@@ -115,6 +115,7 @@ int cmd_convert(int argc, char **argv) {
         rp_conv_free(cv);
         return 0;
     }
+    tool_remove_temps_on_signals();
     progress pr;
     progress_init(&pr, "converting");
     s = rp_conv_write(cv, out, progress_cb, &pr);

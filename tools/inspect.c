@@ -149,7 +149,8 @@ static json_t *totals_json(const inventory *inv) {
     return tot;
 }
 
-static void print_json(const char *path, const rp_gguf *g, const inventory *inv, bool full) {
+static void print_json(const char *path, const rp_gguf *g, const inventory *inv, bool full,
+                       json_t *plan) {
     json_t *root = json_object();
     json_object_set_new(root, "file", json_string(path));
     json_object_set_new(root, "version", json_integer(rp_gguf_version(g)));
@@ -159,12 +160,47 @@ static void print_json(const char *path, const rp_gguf *g, const inventory *inv,
     json_object_set_new(root, "metadata", metadata_json(g, full));
     json_object_set_new(root, "tensors", tensors_json(g, inv));
     json_object_set_new(root, "totals", totals_json(inv));
+    if (plan) json_object_set_new(root, "plan", plan);
     json_dumpf(root, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     fputc('\n', stdout);
     json_decref(root);
 }
 
+/* A context's plan: its report and the source layer of every step. */
+static json_t *plan_json(const rp_context *c) {
+    const int n = rp_context_plan_report(c, NULL, 0);
+    char *report = malloc((size_t)n + 1);
+    if (report) rp_context_plan_report(c, report, (size_t)n + 1);
+    json_t *src = json_array();
+    for (int e = 0; e < rp_context_n_eff(c); e++)
+        json_array_append_new(src, json_integer(rp_context_step_src(c, e)));
+    json_t *j = json_pack("{s:i,s:o,s:s}", "n_eff", rp_context_n_eff(c), "eff_to_src", src,
+                          "report", report ? report : "");
+    free(report);
+    return j;
+}
+
 /* ---- text ------------------------------------------------------------------- */
+
+/* A key or tensor name as it may go to a terminal: control bytes (ESC, CR,
+ * C1 controls in UTF-8) as \xNN, a backslash doubled; the rest as is. */
+static const char *safe_name(const char *s, char *buf, size_t size) {
+    size_t k = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p && k + 9 < size; p++) {
+        const bool c1 = p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f;
+        if (*p == '\\') {
+            buf[k++] = '\\';
+            buf[k++] = '\\';
+        } else if (*p < 0x20 || *p == 0x7f || c1) {
+            k += (size_t)snprintf(buf + k, size - k, "\\x%02x", *p);
+            if (c1) k += (size_t)snprintf(buf + k, size - k, "\\x%02x", *++p);
+        } else {
+            buf[k++] = (char)*p;
+        }
+    }
+    buf[k] = 0;
+    return buf;
+}
 
 static void print_metadata(const rp_gguf *g) {
     const uint64_t nk = rp_gguf_n_kv(g);
@@ -173,7 +209,8 @@ static void print_metadata(const rp_gguf *g) {
         const rp_gguf_kv *kv = rp_gguf_kv_at(g, i);
         char td[64];
         rp_gguf_val_type_text(&kv->val, td, sizeof td);
-        printf("  %-44s %-16s ", kv->key, td);
+        char name[1024];
+        printf("  %-44s %-16s ", safe_name(kv->key, name, sizeof name), td);
         const int n = rp_gguf_val_text(&kv->val, true, NULL, 0);
         char *text = malloc((size_t)n + 1);
         if (text) rp_gguf_val_text(&kv->val, true, text, (size_t)n + 1);
@@ -193,10 +230,13 @@ static void print_tensors(const rp_gguf *g, const inventory *inv) {
         size_t k = 0;
         for (uint32_t d = 0; d < t->n_dims && k < sizeof sh; d++)
             k += (size_t)snprintf(sh + k, sizeof sh - k, d ? " x %" PRId64 : "%" PRId64, t->ne[d]);
-        printf("  %5" PRIu64 "  %-40s %-8s %-24s %12" PRIu64 " %12" PRIu64, i, t->name,
-               rp_type_name((int)t->type), sh, t->offset, t->nbytes);
+        char name[1024];
+        printf("  %5" PRIu64 "  %-40s %-8s %-24s %12" PRIu64 " %12" PRIu64, i,
+               safe_name(t->name, name, sizeof name), rp_type_name((int)t->type), sh, t->offset,
+               t->nbytes);
         if (inv->alias[i] >= 0)
-            printf("  alias of %s", rp_gguf_tensor_at(g, (uint64_t)inv->alias[i])->name);
+            printf("  alias of %s", safe_name(rp_gguf_tensor_at(g, (uint64_t)inv->alias[i])->name,
+                                              name, sizeof name));
         putchar('\n');
     }
 }
@@ -264,13 +304,31 @@ int cmd_inspect(int argc, char **argv) {
         rp_gguf_close(g);
         return tool_fail("inspect", RP_ERR_NOMEM);
     }
+    const bool plan = mo.repeat_layers || mo.layer_map || mo.plan_file;
+    json_t *pj = NULL;
+    if (json && plan) { /* the plan inside the JSON: stdout stays one JSON document */
+        rp_model *m;
+        rp_context *c;
+        int code;
+        mo.model = pos[0];
+        mo.n_ctx = 16;
+        mo.quiet = true;
+        if (!tool_load("inspect", &mo, 1, &m, &c, &code)) {
+            free(inv.alias);
+            rp_gguf_close(g);
+            return code;
+        }
+        pj = plan_json(c);
+        rp_context_free(c);
+        rp_model_free(m);
+    }
     if (json)
-        print_json(pos[0], g, &inv, full);
+        print_json(pos[0], g, &inv, full, pj);
     else
         print_text(pos[0], g, &inv);
     free(inv.alias);
     rp_gguf_close(g);
-    if (mo.repeat_layers || mo.layer_map || mo.plan_file) { /* the plan, as --dump-plan prints it */
+    if (plan && !json) { /* the plan, as --dump-plan prints it */
         rp_model *m;
         rp_context *c;
         int code;
@@ -285,10 +343,14 @@ int cmd_inspect(int argc, char **argv) {
 /* reprise gguf-copy IN OUT: read and re-write through reprise's GGUF layer
  * (used by the round-trip tests; bytes must come out identical). */
 int cmd_gguf_copy(int argc, char **argv) {
-    if (argc != 3) {
-        tool_error("gguf-copy", "usage: reprise gguf-copy IN.gguf OUT.gguf");
+    const bool force = argc == 4 && strcmp(argv[3], "--force") == 0;
+    if (argc != 3 && !force) {
+        tool_error("gguf-copy", "usage: reprise gguf-copy IN.gguf OUT.gguf [--force] (--force: "
+                                "write OUT even when it is IN)");
         return 2;
     }
+    rp_output_allow_inputs(force);
+    tool_remove_temps_on_signals();
     rp_status s = rp_gguf_copy(argv[1], argv[2]);
     return s ? tool_fail("gguf-copy", s) : 0;
 }

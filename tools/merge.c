@@ -7,8 +7,11 @@ int cmd_merge(int argc, char **argv) {
     model_opts mo;
     model_opts_init(&mo);
     const char *out = NULL;
+    bool force = false;
     const arg_opt opts[] = {
         {"-o|--output", ARG_STR, &out, "FILE", "merged GGUF to write"},
+        {"--force", ARG_FLAG, &force, NULL,
+         "write the output even when it is one of the inputs (same file)"},
         {0},
     };
     const arg_opt *tables[] = {opts, model_opts_table(&mo, MO_ALL), NULL};
@@ -32,6 +35,8 @@ int cmd_merge(int argc, char **argv) {
         tool_error(cmd, "no plan given (--repeat-layers SPEC, --layer-map MAP or --plan FILE)");
         return 2;
     }
+    rp_output_allow_inputs(force);
+    tool_remove_temps_on_signals();
     mo.n_ctx = 16; /* the context only builds and validates the plan */
     rp_model *m;
     rp_context *c;

@@ -52,7 +52,7 @@ static int quantize_write(const char *cmd, rp_quantize_plan *q, const char *out)
 int cmd_quantize(int argc, char **argv) {
     const char *cmd = "quantize";
     rp_quantize_params p = rp_quantize_default_params();
-    bool dry = false;
+    bool dry = false, force = false;
     str_list tt = {0};
     const arg_opt opts[] = {
         {"-t|--threads", ARG_INT, &p.n_threads, "N", "threads (default: physical cores)"},
@@ -65,6 +65,8 @@ int cmd_quantize(int argc, char **argv) {
          "print the per-tensor plan and the resulting size; write nothing"},
         {"--allow-requantize", ARG_FLAG, &p.allow_requantize, NULL,
          "accept quantized input (quality suffers)"},
+        {"--force", ARG_FLAG, &force, NULL,
+         "write the output even when it is one of the inputs (same file)"},
         {0},
     };
     const arg_opt *tables[] = {opts, NULL};
@@ -97,7 +99,10 @@ int cmd_quantize(int argc, char **argv) {
         tool_error(cmd, "unknown type '%s' (see --help for the list)", p.type);
         return 2;
     }
+    if (!tool_check_threads(cmd, &p.n_threads, false)) return 2;
     p.tensor_types = tt.v;
+    rp_output_allow_inputs(force);
+    tool_remove_temps_on_signals();
     p.n_tensor_types = tt.n;
     rp_quantize_plan *q;
     rp_status s = rp_quantize_plan_new(in, &p, &q);

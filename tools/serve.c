@@ -8,6 +8,7 @@
  * reply helpers (JSON, errors, server-sent events) and the shutdown on
  * SIGTERM; serve_api.c the endpoints; serve_engine.c the inference thread. */
 #include "serve.h"
+#include "serve_conn.h"
 #include "spec_opts.h"
 
 #include <errno.h>
@@ -23,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SRV_CONN_LIMIT 512
+#define SRV_CONN_LIMIT 512 /* default --conn-limit */
 #define SRV_WAIT_SLICE 0.1 /* seconds between checks of the client's socket */
 
 struct srv_req {
@@ -44,8 +45,19 @@ srv_server *srv_req_server(srv_req *r) {
 
 /* ---- replies ---------------------------------------------------------------- */
 
+/* --cors: the headers a browser on another origin needs. */
+static void add_cors(const srv_server *srv, struct MHD_Response *resp) {
+    if (!srv->cors) return;
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", srv->cors);
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+    MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    if (strcmp(srv->cors, "*")) MHD_add_response_header(resp, "Vary", "Origin");
+}
+
 static enum MHD_Result queue(srv_req *r, unsigned status, struct MHD_Response *resp) {
     if (!resp) return MHD_NO;
+    add_cors(r->srv, resp);
     if (atomic_load(&r->srv->stopping))
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
@@ -72,6 +84,15 @@ enum MHD_Result srv_reply_json(srv_req *r, unsigned status, json_t *body) {
         return MHD_NO;
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    return queue(r, status, resp);
+}
+
+enum MHD_Result srv_reply_text(srv_req *r, unsigned status, const char *type, const char *text,
+                               size_t n) {
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(n, (void *)text, MHD_RESPMEM_MUST_COPY);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
     return queue(r, status, resp);
 }
 
@@ -243,7 +264,13 @@ typedef struct route {
 } route;
 
 static const route g_routes[] = {
+    {"GET", "/", api_page, false, false},
+    {"GET", "/index.html", api_page, false, false},
     {"GET", "/health", api_health, false, false},
+    {"GET", "/metrics", api_metrics, true, false},
+    {"GET", "/slots", api_slots, true, false},
+    {"POST", "/apply-template", api_apply_template, true, true},
+    {"GET", "/models", api_models, true, false},
     {"GET", "/v1/models", api_models, true, false},
     {"GET", "/props", api_props, true, false},
     {"POST", "/v1/completions", api_completions, true, true},
@@ -276,6 +303,12 @@ static enum MHD_Result dispatch(srv_req *r) {
             path_known = true;
             if (!strcmp(g_routes[i].method, r->method)) rt = &g_routes[i];
         }
+    if (!rt && path_known && !strcmp(r->method, "OPTIONS")) { /* a CORS preflight */
+        struct MHD_Response *resp =
+            MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+        if (resp) MHD_add_response_header(resp, "Allow", "GET, POST, OPTIONS");
+        return queue(r, 204, resp);
+    }
     if (!rt && path_known)
         return srv_reply_error(r, 405, "invalid_request_error", "method_not_allowed",
                                "%s is not allowed on %s", r->method, r->url);
@@ -316,6 +349,7 @@ static enum MHD_Result dispatch(srv_req *r) {
 
 static atomic_int g_in_flight; /* requests between their first byte and their completion */
 static bool g_log_requests;
+static srv_conn *g_conn; /* the connection layer (serve_conn.c) */
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *data,
@@ -333,6 +367,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r->t0 = now_s();
         *con_cls = r;
         atomic_fetch_add(&g_in_flight, 1);
+        srv_conn_headers_done(g_conn, c);
+        const char *framing = srv_conn_check_framing(c);
+        if (framing) { /* ambiguous framing: answered, and the connection closes */
+            r->too_big = true;
+            return srv_reply_error(r, 400, "invalid_request_error", "bad_request",
+                                   "the request has %s", framing);
+        }
         /* a declared length over the limit is refused before the body is read */
         const char *cl =
             MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -375,6 +416,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         fprintf(stderr, "serve: %s %s %u %.1f ms%s\n", r->method, r->url, r->status,
                 (now_s() - r->t0) * 1e3,
                 code == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
+    srv_conn_request_done(g_conn, c);
     tbuf_free(&r->body);
     free(r);
     *con_cls = NULL;
@@ -557,18 +599,17 @@ static bool parse_plan_arg(const char *cmd, const char *arg, const model_opts *m
 typedef struct serve_opts {
     model_opts mo;
     spec_opts so;
-    const char *host, *api_key, *alias, *chat_template;
+    const char *host, *api_key, *alias, *cors;
+    tmpl_opts to;
     int port, n_parallel;
-    float timeout, grace;
+    int conn_limit, conn_limit_ip;
+    float timeout, grace, header_timeout;
     uint64_t max_body;
     bool verbose;
     str_list plans;
 } serve_opts;
 
 static int serve_parse(const char *cmd, serve_opts *o, int argc, char **argv) {
-    char template_help[512];
-    snprintf(template_help, sizeof template_help, "chat template: %s (default: the model's own)",
-             rp_chat_names());
     const arg_opt opts[] = {
         {"--host", ARG_STR, &o->host, "ADDR",
          "address to listen on (default 127.0.0.1: loopback only)"},
@@ -584,29 +625,42 @@ static int serve_parse(const char *cmd, serve_opts *o, int argc, char **argv) {
          "largest request body accepted (default 4194304)"},
         {"-a|--alias", ARG_STR, &o->alias, "NAME",
          "model id in /v1/models and the 'model' field (default: file name)"},
-        {"--chat-template", ARG_STR, &o->chat_template, "NAME", template_help},
+        {"--cors", ARG_STR, &o->cors, "ORIGIN",
+         "allow browsers on ORIGIN ('*': any) to call the API (CORS headers, OPTIONS)"},
         {"--grace", ARG_FLOAT, &o->grace, "S",
          "on SIGTERM, seconds running requests get to finish (default 10)"},
+        {"--conn-limit", ARG_INT, &o->conn_limit, "N",
+         "open connections at most (default 512; when full, the oldest one still sending its "
+         "headers is dropped, else 503)"},
+        {"--conn-limit-per-ip", ARG_INT, &o->conn_limit_ip, "N",
+         "open connections from one client address at most (default 128, 0 = no cap; over: "
+         "503)"},
+        {"--header-timeout", ARG_FLOAT, &o->header_timeout, "S",
+         "seconds a client has to send a request's headers (default 10; over: 408)"},
         {"-v|--verbose", ARG_FLAG, &o->verbose, NULL, "log every request"},
         {"--plan", ARG_STRS, &o->plans, "NAME=SPEC",
          "also serve a plan: NAME=SPEC, NAME=map:MAP, NAME=FILE or FILE (repeatable; above)"},
         {0},
     };
     /* the model options but --plan, which reads differently here */
-    const arg_opt *tables[] = {opts, model_opts_table(&o->mo, MO_SPEC | MO_PLAN_FORCE | MO_DUMP),
+    const arg_opt *tables[] = {opts, tmpl_opts_table(&o->to),
+                               model_opts_table(&o->mo, MO_SPEC | MO_PLAN_FORCE | MO_DUMP),
                                spec_opts_table(&o->so), NULL};
-    const char *const epilog[] = {g_plan_help, g_spec_help, NULL};
+    char templates[512];
+    snprintf(templates, sizeof templates, "chat templates (built-in families): %s",
+             rp_chat_names());
+    const char *const epilog[] = {templates, g_plan_help, g_spec_help, NULL};
     const arg_spec spec = {
         .cmd = cmd,
         .usage = "reprise serve -m MODEL [--repeat-layers SPEC] [--plan NAME=SPEC ...] [--parallel "
                  "N] [--port N] [options]",
         .description =
-            "An OpenAI-compatible HTTP server: GET /health, /v1/models, /props; POST "
-            "/v1/completions,\n/v1/chat/completions (stream: true for server-sent events), "
-            "llama.cpp's /completion,\n/tokenize and /detokenize. Every slot runs the plan over "
-            "the "
-            "one copy of the weights.\nSIGTERM stops accepting, lets running requests finish "
-            "(--grace) and exits 0.\n\n"
+            "An OpenAI-compatible HTTP server: a chat page at /; GET /health, /v1/models, /props, "
+            "/metrics,\n/slots; POST /v1/completions, /v1/chat/completions (stream: true for "
+            "server-sent events),\nllama.cpp's /completion, /tokenize, /detokenize and "
+            "/apply-template. Every slot runs the plan\nover the one copy of the weights. "
+            "SIGTERM stops accepting, lets running requests finish\n(--grace) and exits 0. With "
+            "one model, any \"model\" name is served; with several, the name picks\none.\n\n"
             "Several plans, one copy of the weights: the model (with --repeat-layers/--layer-map "
             "if\ngiven) is served under its file name (or -a NAME), and each --plan as another "
             "model:\n"
@@ -636,6 +690,12 @@ static bool serve_check(const char *cmd, const serve_opts *o) {
         tool_error(cmd, "--max-body must be in 1024..1073741824 bytes");
     else if (o->api_key && !*o->api_key)
         tool_error(cmd, "--api-key is empty");
+    else if (o->alias && !*o->alias)
+        tool_error(cmd, "--alias is empty (a model needs a name; leave -a out for the file name)");
+    else if (o->conn_limit < 1 || o->conn_limit > 4096 || o->conn_limit_ip < 0)
+        tool_error(cmd, "--conn-limit must be in 1..4096 and --conn-limit-per-ip at least 0");
+    else if (!(o->header_timeout > 0) || o->header_timeout > 3600)
+        tool_error(cmd, "--header-timeout must be in (0, 3600] seconds");
     else
         return true;
     return false;
@@ -677,20 +737,21 @@ static bool add_plan_entry(const char *cmd, const serve_opts *o, const rp_model 
 
 /* A template that cannot render now will not render later: say so once
  * (an explicit --chat-template that does not render is an error: false). */
-static bool check_chat_template(const char *cmd, srv_server *srv) {
-    rp_chat_msg probe = {"user", "hi"};
-    char *out = NULL;
-    rp_status s = rp_chat_apply(srv->model, srv->chat_template, &probe, 1, true, &out);
-    free(out);
-    srv->chat_ok = s == RP_OK;
-    if (srv->chat_ok) return true;
-    snprintf(srv->chat_err, sizeof srv->chat_err, "%s", rp_last_error());
-    if (srv->chat_template) {
-        tool_error(cmd, "--chat-template: %s", srv->chat_err);
-        return false;
+static bool check_chat_template(const char *cmd, const serve_opts *o, srv_server *srv) {
+    if (tmpl_opts_given(&o->to)) { /* an explicit template that does not render is an error */
+        if (!tool_check_template(cmd, &o->mo, &o->to, &srv->tmpl)) return false;
+        srv->chat_ok = true;
+        return true;
     }
-    if (g_verbosity > 0)
-        fprintf(stderr, "serve: /v1/chat/completions is unavailable: %s\n", srv->chat_err);
+    /* the model's own: without one, chat is unavailable and the rest still served */
+    srv->chat_ok = tool_check_template_err(cmd, &o->mo, &o->to, &srv->tmpl, srv->chat_err,
+                                           sizeof srv->chat_err);
+    if (!srv->chat_ok) {
+        if (g_verbosity > 0)
+            fprintf(stderr, "serve: /v1/chat/completions is unavailable: %s\n", srv->chat_err);
+    } else if (g_verbosity > 0) {
+        fprintf(stderr, "serve: chat template: %s\n", srv->tmpl.what);
+    }
     return true;
 }
 
@@ -711,16 +772,33 @@ static struct MHD_Daemon *serve_start(const char *cmd, const serve_opts *o, srv_
         return NULL;
     }
     unsigned idle = o->timeout > 0 && o->timeout < 600 ? (unsigned)o->timeout + 1 : 600;
-    struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC |
-            MHD_USE_POLL | MHD_USE_ERROR_LOG,
-        0, NULL, NULL, on_request, srv, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)lfd,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_CONNECTION_TIMEOUT, idle,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)SRV_CONN_LIMIT, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
-        NULL, MHD_OPTION_END);
+    /* the connection layer accepts and hands sockets to the daemon; the logger is
+     * the first option: libmicrohttpd warns about options read before it */
+    const srv_conn_opts co = {.max_conns = o->conn_limit,
+                              .max_per_ip = o->conn_limit_ip,
+                              .header_timeout = o->header_timeout};
+    g_conn = srv_conn_new(lfd, &co);
+    struct MHD_Daemon *d =
+        !g_conn ? NULL
+                : MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+                                       MHD_USE_ITC | MHD_USE_POLL | MHD_USE_ERROR_LOG |
+                                       MHD_USE_NO_LISTEN_SOCKET,
+                                   0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER,
+                                   mhd_log, NULL, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+                                   MHD_OPTION_NOTIFY_CONNECTION, srv_conn_notify, g_conn,
+                                   MHD_OPTION_CONNECTION_TIMEOUT, idle, MHD_OPTION_CONNECTION_LIMIT,
+                                   (unsigned)(2 * o->conn_limit + 16), MHD_OPTION_END);
+    if (d && !srv_conn_start(g_conn, d)) {
+        MHD_stop_daemon(d);
+        d = NULL;
+    }
     if (!d) {
         tool_error(cmd, "cannot start the HTTP server on %s:%d", o->host, bound);
-        close(lfd);
+        if (g_conn)
+            srv_conn_free(g_conn); /* closes lfd */
+        else
+            close(lfd);
+        g_conn = NULL;
         return NULL;
     }
     if (g_verbosity > 0) {
@@ -758,8 +836,8 @@ static void serve_until_signal(srv_server *srv, struct MHD_Daemon *d, const sigs
     }
     atomic_store(&srv->stopping, true);
     srv_engine_drain(srv->engine, grace);
-    MHD_socket ls = MHD_quiesce_daemon(d);
-    if (ls != MHD_INVALID_SOCKET) close(ls);
+    (void)d;
+    srv_conn_stop(g_conn); /* stops accepting, closes the listening socket */
     srv_engine_stop(srv->engine, grace);
     for (double until = now_s() + 5.0; atomic_load(&g_in_flight) > 0 && now_s() < until;)
         usleep(10000);
@@ -774,7 +852,8 @@ static void server_init(srv_server *srv, const serve_opts *o, rp_model *model, s
     srv->entries = entries;
     srv->n_entries = n_entries;
     srv->api_key = o->api_key;
-    srv->chat_template = o->chat_template;
+    srv->chat_template = o->to.name;
+    srv->cors = o->cors;
     srv->timeout = o->timeout;
     srv->max_body = (size_t)o->max_body;
     srv->n_batch = o->mo.n_batch ? (int)o->mo.n_batch : 512;
@@ -791,6 +870,9 @@ int cmd_serve(int argc, char **argv) {
                     .n_parallel = 1,
                     .timeout = 600.0f,
                     .grace = 10.0f,
+                    .header_timeout = 10.0f,
+                    .conn_limit = SRV_CONN_LIMIT,
+                    .conn_limit_ip = 128,
                     .max_body = 4u << 20};
     model_opts_init(&o.mo);
     spec_opts_init(&o.so);
@@ -811,7 +893,17 @@ int cmd_serve(int argc, char **argv) {
 
     rp_model *model;
     rp_context *ctx;
-    if (!tool_load(cmd, &o.mo, (uint32_t)o.n_parallel, &model, &ctx, &rc)) return rc;
+    srv_server srv;
+    server_init(&srv, &o, NULL, NULL, 0);
+    if (!check_chat_template(cmd, &o, &srv)) return 2; /* before the weights load */
+    chat_tmpl tmpl = srv.tmpl;
+    const bool chat_ok = srv.chat_ok;
+    char chat_err[256];
+    memcpy(chat_err, srv.chat_err, sizeof chat_err);
+    if (!tool_load(cmd, &o.mo, (uint32_t)o.n_parallel, &model, &ctx, &rc)) {
+        chat_tmpl_free(&tmpl);
+        return rc;
+    }
 
     /* entry 0: the model as loaded; then one entry per --plan, each its own
      * context (plan, KV, slots) over the same rp_model: the weights are mapped once */
@@ -832,7 +924,6 @@ int cmd_serve(int argc, char **argv) {
         .description = "",
     };
     rc = 1;
-    srv_server srv;
     struct MHD_Daemon *d = NULL;
     bool ok = true;
     for (int i = 0; ok && i < o.plans.n; i++)
@@ -844,16 +935,23 @@ int cmd_serve(int argc, char **argv) {
         ok = (entries[i].spec = spec_open(cmd, &o.so, entries[i].ctx, label)) != NULL;
     }
     server_init(&srv, &o, model, entries, n_entries);
-    if (ok && !check_chat_template(cmd, &srv)) {
-        ok = false;
-        rc = 2;
+    srv.tmpl = tmpl;
+    srv.chat_ok = chat_ok;
+    memcpy(srv.chat_err, chat_err, sizeof chat_err);
+    if (ok) {
+        rp_status gs = rp_grammar_vocab_new(rp_model_vocab(model), &srv.gv);
+        if (gs) ok = tool_fail(cmd, gs) == 0;
     }
     if (ok && (d = serve_start(cmd, &o, &srv))) {
         serve_until_signal(&srv, d, &sigs, o.grace);
         rc = 0;
     }
     if (d) MHD_stop_daemon(d);
+    srv_conn_free(g_conn);
+    g_conn = NULL;
     srv_engine_free(srv.engine);
+    rp_grammar_vocab_free(srv.gv);
+    chat_tmpl_free(&srv.tmpl);
     for (int i = 0; i < n_entries; i++) rp_spec_free(entries[i].spec); /* before their targets */
     for (int i = n_entries - 1; i >= 1; i--)
         rp_context_free(entries[i].ctx); /* they borrow entry 0's threads */

@@ -27,7 +27,7 @@ typedef enum arg_kind {
     ARG_FLOAT,  /* float */
     ARG_STR,    /* const char * */
     ARG_STRS,   /* repeatable: str_list */
-    ARG_KVTYPE, /* int rp_type, f32 | f16 */
+    ARG_KVTYPE, /* int rp_type, a KV cache type (rp_kv_type_supported) */
 } arg_kind;
 
 typedef struct str_list {
@@ -94,7 +94,13 @@ const char *base_name(const char *path); /* what follows the last '/' */
 /* "42s", "3m07s", "2h05m" */
 void fmt_duration(char *buf, size_t n, double seconds);
 char *tool_read_text(const char *cmd, const char *path, size_t *len); /* NULL on error */
-bool parse_int_list(const char *s, int32_t **out, size_t *n);         /* "1,2,3" or "1 2 3" */
+/* SIGINT / SIGTERM / SIGHUP remove the temporary files of the writes in
+ * progress (rp_atomic_remove_temps), then end the process as the signal would. */
+void tool_remove_temps_on_signals(void);
+/* -t N checked: negative refused; over the machine's cores capped to them
+ * (with a note) unless force. False after printing why. */
+bool tool_check_threads(const char *cmd, int *n_threads, bool force);
+bool parse_int_list(const char *s, int32_t **out, size_t *n); /* "1,2,3" or "1 2 3" */
 
 /* A growable byte buffer (text, or arrays of ids): data is NUL-terminated
  * after len; false when memory runs out (the buffer is unchanged). */
@@ -110,15 +116,21 @@ void tbuf_free(tbuf *b);
 
 typedef struct sampling_opts {
     rp_sampler_params sp;
-    uint64_t seed;
+    const char *seed_text; /* -s as given ("-1": random) */
+    uint64_t seed;         /* the seed used (sampling_opts_check) */
+    bool ignore_eos, verbose;
 } sampling_opts;
 
 void sampling_opts_init(sampling_opts *o);
-/* -s, --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n,
- * --frequency-penalty, --presence-penalty */
+/* -s, --temp, --top-k, --top-p, --min-p, the penalties, llama.cpp's other
+ * samplers (typical, top-n-sigma, XTC, DRY, Mirostat, --samplers),
+ * --ignore-eos, -v */
 const arg_opt *sampling_opts_table(sampling_opts *o);
-/* Checks the ranges (prints the error) and completes o->sp (seed, temp). */
+/* Checks the ranges (prints the error) and completes o->sp (the seed: -1
+ * draws one, printed at -v). */
 bool sampling_opts_check(const char *cmd, sampling_opts *o);
+/* What the parameters alone do not carry: DRY's vocabulary, --ignore-eos. */
+rp_status sampling_opts_apply(const sampling_opts *o, rp_sampler *smp, const rp_vocab *v);
 
 /* ---- model + context options (load.c) -------------------------------------------- */
 
@@ -135,6 +147,7 @@ typedef struct model_opts {
     bool keep_hidden;         /* the context keeps final hidden states (speculative MTP drafting) */
     const char *plan_file;    /* --plan FILE: a plan file (plan_resolve.c) */
     bool plan_force;          /* --plan-force: accept weights whose content hash differs */
+    bool threads_force;       /* --threads-force: -t beyond the machine's cores */
     const char *dump_tensors; /* --dump-tensors DIR (or REPRISE_TRACE): the trace hook's files */
 } model_opts;
 
@@ -146,6 +159,8 @@ enum {
     MO_PLAN_FORCE = 4, /* --plan-force */
     MO_DUMP = 8,       /* --dump-plan */
     MO_CHUNKS = 16,    /* -c and -b read as chunks of a text (perplexity, scan) */
+    MO_LISTS = 32,     /* -t, -ctk, -ctv left to the command (bench: comma lists) */
+    MO_SCALAR = 64,    /* (an entry's flag: present unless MO_LISTS) */
     MO_ALL = MO_SPEC | MO_PLAN_FILE | MO_PLAN_FORCE | MO_DUMP,
 };
 
@@ -157,6 +172,10 @@ extern const char *const g_plan_help; /* how the plan grammars read, for --help 
 /* The model of o->model with progress on a terminal; NULL after printing an
  * error. vocab_only loads the tokenizer alone. */
 rp_model *tool_load_model(const char *cmd, const char *path, bool vocab_only);
+/* The context of o over model m, its plan resolved; NULL after printing an
+ * error. */
+rp_context *tool_context_new(const char *cmd, const model_opts *o, const rp_model *m,
+                             uint32_t n_seq);
 /* The context parameters of o (its plan not resolved yet). */
 rp_context_params model_opts_context(const model_opts *o, uint32_t n_seq);
 /* Loads the model and creates a context; prints the plan report. With

@@ -43,6 +43,14 @@ const char *rp_last_error(void) {
     return g_err;
 }
 
+const char *rp_version(void) {
+    return RP_VERSION;
+}
+
+void rp_free(void *p) {
+    free(p);
+}
+
 void rp_clear_error(void) {
     g_err[0] = 0;
 }
@@ -207,113 +215,6 @@ void rp_buf_free(rp_buf *b) {
     free(b->data);
     b->data = NULL;
     b->len = b->cap = 0;
-}
-
-/* ---- files --------------------------------------------------------------- */
-
-rp_status rp_read_file(const char *path, char **data, size_t *len) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return rp_fail(RP_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-    rp_buf b = {0};
-    char chunk[65536];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, fp)) > 0) {
-        if (!rp_buf_append(&b, chunk, n)) {
-            fclose(fp);
-            rp_buf_free(&b);
-            return RP_ERR_NOMEM;
-        }
-    }
-    bool err = ferror(fp);
-    fclose(fp);
-    if (err) {
-        rp_buf_free(&b);
-        return rp_fail(RP_ERR_IO, "error reading '%s'", path);
-    }
-    if (!b.data && !rp_buf_reserve(&b, 0)) return RP_ERR_NOMEM;
-    b.data[b.len] = 0;
-    *data = b.data;
-    *len = b.len;
-    return RP_OK;
-}
-
-rp_status rp_atomic_open(rp_atomic_file *af, const char *path) {
-    memset(af, 0, sizeof *af);
-    size_t n = strlen(path) + 32;
-    af->path = rp_strdup(path);
-    af->tmp_path = rp_malloc(n, "temporary path");
-    if (!af->path || !af->tmp_path) {
-        free(af->path);
-        free(af->tmp_path);
-        return RP_ERR_NOMEM;
-    }
-    snprintf(af->tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
-    af->fp = fopen(af->tmp_path, "wb");
-    if (!af->fp) {
-        rp_status s = rp_fail(RP_ERR_IO, "cannot create '%s': %s", af->tmp_path, strerror(errno));
-        free(af->path);
-        free(af->tmp_path);
-        memset(af, 0, sizeof *af);
-        return s;
-    }
-    return RP_OK;
-}
-
-bool rp_atomic_write(rp_atomic_file *af, const void *p, size_t n) {
-    if (af->failed) return false;
-    if (n && fwrite(p, 1, n, af->fp) != n) {
-        af->failed = true;
-        rp_fail(RP_ERR_IO, "write to '%s' failed: %s", af->tmp_path, strerror(errno));
-        return false;
-    }
-    return true;
-}
-
-static void atomic_release(rp_atomic_file *af) {
-    free(af->path);
-    free(af->tmp_path);
-    memset(af, 0, sizeof *af);
-}
-
-rp_status rp_atomic_commit(rp_atomic_file *af) {
-    if (!af->fp) return rp_fail(RP_ERR_INVALID_ARG, "atomic file not open");
-    bool ok = !af->failed;
-    if (fflush(af->fp) != 0 && ok) {
-        ok = false;
-        rp_fail(RP_ERR_IO, "write to '%s' failed: %s", af->tmp_path, strerror(errno));
-    }
-    if (fclose(af->fp) != 0 && ok) {
-        ok = false;
-        rp_fail(RP_ERR_IO, "closing '%s' failed: %s", af->tmp_path, strerror(errno));
-    }
-    af->fp = NULL;
-    if (ok && rename(af->tmp_path, af->path) != 0) {
-        ok = false;
-        rp_fail(RP_ERR_IO, "cannot rename '%s' to '%s': %s", af->tmp_path, af->path,
-                strerror(errno));
-    }
-    if (!ok) remove(af->tmp_path);
-    atomic_release(af);
-    return ok ? RP_OK : RP_ERR_IO;
-}
-
-void rp_atomic_abort(rp_atomic_file *af) {
-    if (af->fp) {
-        fclose(af->fp);
-        remove(af->tmp_path);
-    }
-    atomic_release(af);
-}
-
-rp_status rp_atomic_write_file(const char *path, const void *p, size_t n) {
-    rp_atomic_file af;
-    rp_status s = rp_atomic_open(&af, path);
-    if (s) return s;
-    if (!rp_atomic_write(&af, p, n)) {
-        rp_atomic_abort(&af);
-        return RP_ERR_IO; /* the writer named the file and the reason */
-    }
-    return rp_atomic_commit(&af);
 }
 
 double rp_time_s(void) {

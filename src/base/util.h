@@ -77,16 +77,34 @@ bool rp_buf_append(rp_buf *b, const void *p, size_t n);
 bool rp_buf_printf(rp_buf *b, const char *fmt, ...) RP_PRINTF(2, 3);
 void rp_buf_free(rp_buf *b);
 
-/* Whole file into memory (NUL-terminated; *len excludes the NUL). */
+/* Files (src/base/files.c). Inputs: rp_open_regular opens path read-only
+ * without blocking (a FIFO cannot hang it) and refuses anything but a regular
+ * file, naming what it is: the fd, or -1 after rp_fail. rp_file_kind names a
+ * st_mode ("FIFO", "directory", ...). */
+struct stat;
+int rp_open_regular(const char *path, struct stat *st);
+const char *rp_file_kind(unsigned mode);
+/* Whole file into memory (NUL-terminated; *len excludes the NUL), refused over
+ * max bytes with a message naming the limit; rp_read_file's limit is
+ * RP_READ_FILE_MAX. */
+#define RP_READ_FILE_MAX ((size_t)1 << 30)
+rp_status rp_read_file_max(const char *path, size_t max, char **data, size_t *len);
 rp_status rp_read_file(const char *path, char **data, size_t *len);
+/* The input files this process holds open (device + inode), which atomic
+ * output refuses to replace unless rp_output_allow_inputs(true). */
+void rp_input_add(uint64_t dev, uint64_t ino);
+void rp_input_remove(uint64_t dev, uint64_t ino);
 
-/* Atomic output: write to "<path>.tmp.<pid>" and rename over path on commit. A
+/* Atomic output: write to "<target>.tmp.<pid>" and rename over the target on
+ * commit (the rules for what may be replaced are at the top of files.c). A
  * writer that is aborted (or never committed) removes its temporary file. */
 typedef struct rp_atomic_file {
     FILE *fp;
-    char *path;
-    char *tmp_path;
+    char *path;     /* the target (symbolic links resolved) */
+    char *tmp_path; /* the temporary file (the target itself when direct) */
     bool failed;
+    bool direct; /* a character device, written through */
+    int slot;    /* in the table of live temporary files, -1 if none */
 } rp_atomic_file;
 rp_status rp_atomic_open(rp_atomic_file *af, const char *path);
 bool rp_atomic_write(rp_atomic_file *af, const void *p, size_t n);

@@ -684,11 +684,16 @@ static rp_status load_config(rp_conv *cv) {
     snprintf(path, n, "%s/config.json", cv->dir);
     json_error_t err;
     /* numbers as doubles: some configs carry integers beyond 64 bits */
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &err);
+    bool read_failed;
+    json_t *root =
+        rp_json_load_path(path, (size_t)16 << 20, /* a config is a few KiB */
+                          JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &err, &read_failed);
     rp_status s = RP_OK;
     struct stat sb;
     if (!root) {
-        if (stat(path, &sb) != 0)
+        if (read_failed && stat(path, &sb) == 0)
+            s = rp_fail_prefix(RP_ERR_IO, "config.json");
+        else if (stat(path, &sb) != 0)
             s = rp_fail(RP_ERR_IO,
                         "%s: no config.json (is this a Hugging Face checkpoint directory?)",
                         cv->dir);

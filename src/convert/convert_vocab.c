@@ -30,6 +30,7 @@
  * (llama.cpp's own tokenizer.json path writes -1000 for every piece, which
  * leaves the merge order to chance.) */
 #include "convert/convert.h"
+#include "base/json_util.h"
 #include "base/util.h"
 #include "text/vocab.h"
 
@@ -137,8 +138,11 @@ static rp_status load_json(const char *dir, const char *name, bool required, jso
         json_error_t err;
         size_t flags =
             JSON_REJECT_DUPLICATES | (strcmp(name, "tokenizer.json") ? JSON_DECODE_INT_AS_REAL : 0);
-        *out = json_load_file(path, flags, &err);
-        if (!*out)
+        bool read_failed;
+        *out = rp_json_load_path(path, RP_READ_FILE_MAX, flags, &err, &read_failed);
+        if (!*out && read_failed)
+            s = RP_ERR_IO; /* the reader named the file and the reason */
+        else if (!*out)
             s = rp_fail(RP_ERR_FORMAT, "%s at byte offset %d (line %d, column %d): %s", path,
                         err.position, err.line, err.column, err.text);
         else if (!json_is_object(*out)) {

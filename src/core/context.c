@@ -48,13 +48,11 @@ rp_status rp_context_new(const rp_model *m, const rp_context_params *params, rp_
     if (!m || !m->arch)
         return rp_fail(RP_ERR_INVALID_ARG, "context needs a model loaded with its weights");
     rp_context_params p = params ? *params : rp_context_default_params();
-    if (p.type_k != RP_TYPE_F32 && p.type_k != RP_TYPE_F16)
-        return rp_fail(RP_ERR_INVALID_ARG, "KV cache type for K must be f32 or f16");
-    if (p.type_v != RP_TYPE_F32 && p.type_v != RP_TYPE_F16)
-        return rp_fail(RP_ERR_INVALID_ARG, "KV cache type for V must be f32 or f16");
+    rp_status s = rp_kv_check_model(m, p.type_k, p.type_v);
+    if (s) return s;
     /* the plan first: a refused spec allocates nothing else */
     rp_plan *plan = NULL;
-    rp_status s = build_plan(m, &p, &plan);
+    s = build_plan(m, &p, &plan);
     if (s) return s;
     rp_context *c = rp_calloc(1, sizeof *c, "context");
     if (!c) {
@@ -236,13 +234,12 @@ int rp_context_plan_report(const rp_context *c, char *buf, size_t size) {
     /* what the sliding-window rings save: the same steps with every position kept */
     uint64_t full = c->state.rec_bytes;
     bool rings = false;
-    const uint64_t esk = c->params.type_k == RP_TYPE_F16 ? 2 : 4,
-                   esv = c->params.type_v == RP_TYPE_F16 ? 2 : 4;
     for (int e = 0; e < p->n_eff; e++) {
         const rp_layer_info *li = &m->info[p->src[e]];
         if (!li->has_kv) continue;
         rings |= rp_ctx_kv(c, e, 0)->cap < c->n_ctx;
-        full += ((uint64_t)li->head_dim_k * esk + (uint64_t)li->head_dim_v * esv) *
+        full += ((uint64_t)rp_kv_row_bytes(c->params.type_k, li->head_dim_k) +
+                 (uint64_t)rp_kv_row_bytes(c->params.type_v, li->head_dim_v)) *
                 (uint64_t)li->n_head_kv * (uint64_t)c->n_ctx * (uint64_t)c->n_seq;
     }
     if (rings)
@@ -278,6 +275,28 @@ static rp_status grow(void **p, size_t *cap, size_t need, size_t elem, const cha
 
 /* rp_decode over plan steps [begin, end) (end 0: the last step); see
  * rp_decode_steps. */
+/* NaN or Inf logits (weights that hold them, or overflow) would be sampled as
+ * token 0: an error naming the token instead, and no logits readable. */
+static rp_status check_finite(rp_context *c, const float *logits, int n_out, const int32_t *rows,
+                              int u0, const int32_t *pos, const int32_t *seq) {
+    const size_t nv = (size_t)c->model->hp.n_vocab;
+    for (int r = 0; r < n_out; r++) {
+        const float *l = logits + (size_t)r * nv;
+        float acc = 0; /* NaN or Inf anywhere makes acc * 0 NaN */
+        for (size_t j = 0; j < nv; j++) acc += l[j] * 0.0f;
+        if (acc == 0) continue;
+        size_t j = 0;
+        while (j < nv && isfinite(l[j])) j++;
+        const int i = u0 + rows[r];
+        c->n_batch_last = 0;
+        return rp_fail(RP_ERR_FORMAT,
+                       "decode: the logits of batch token %d (sequence %d, position %d) are not "
+                       "finite (logit %zu is %s): the weights or the plan produce NaN/Inf",
+                       i, seq[i], pos[i], j, j < nv && isnan(l[j]) ? "NaN" : "infinite");
+    }
+    return RP_OK;
+}
+
 static rp_status decode(rp_context *c, const rp_batch *b, int begin, int end, const float *x_in,
                         float *x_out) {
     if (!b || b->n_tokens < 1 || (!b->token && !b->embd))
@@ -383,6 +402,7 @@ static rp_status decode(rp_context *c, const rp_batch *b, int begin, int end, co
         };
         if ((s = m->arch->forward(c, &ub))) goto done;
         for (int i = 0; i < un; i++) c->state.seq_len[seq[u0 + i]] = pos[u0 + i] + 1;
+        if ((s = check_finite(c, ub.logits, uo, rows, u0, pos, seq))) goto done;
         out_base += uo;
     }
 done:

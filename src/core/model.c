@@ -444,10 +444,13 @@ rp_status rp_model_from_gguf(rp_gguf *g, const char *path, const rp_model_params
     }
     if ((s = m->arch->load(m))) goto fail;
     int32_t nv = rp_vocab_n_tokens(m->vocab);
-    if (nv > 0 && nv > m->hp.n_vocab) {
+    if (nv > 0 && nv != m->hp.n_vocab) { /* llama.cpp requires them equal too */
         s = rp_fail(RP_ERR_FORMAT,
-                    "%s: the vocabulary has %d tokens but token_embd.weight only %d rows", m->path,
-                    nv, m->hp.n_vocab);
+                    "%s: the vocabulary has %d tokens but token_embd.weight %s %d rows (ids "
+                    "%s would have %s)",
+                    m->path, nv, nv > m->hp.n_vocab ? "only" : "has", m->hp.n_vocab,
+                    nv > m->hp.n_vocab ? "past the rows" : "past the vocabulary",
+                    nv > m->hp.n_vocab ? "no embedding" : "no text");
         goto fail;
     }
     if ((s = finish_weights(m, params))) goto fail;

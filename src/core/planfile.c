@@ -223,9 +223,15 @@ static bool cache_read(const char *cache, const file_id *id, const char *table, 
                        char *why, size_t why_n) {
     char *text = NULL;
     size_t len = 0;
-    if (rp_read_file(cache, &text, &len)) {
-        rp_clear_error();
+    struct stat cst;
+    if (stat(cache, &cst) != 0) {
         snprintf(why, why_n, "no cache file");
+        return false;
+    }
+    /* a FIFO, a device or an endless file is no cache (a cache line is < 1 KiB) */
+    if (rp_read_file_max(cache, 65536, &text, &len)) {
+        snprintf(why, why_n, "%s", rp_last_error());
+        rp_clear_error();
         return false;
     }
     json_error_t err;
@@ -738,7 +744,7 @@ rp_status rp_planfile_read(const char *path, rp_planfile **out) {
                        (long long)st.st_size, RP_PLANFILE_MAX_BYTES);
     char *text;
     size_t len;
-    rp_status s = rp_read_file(path, &text, &len);
+    rp_status s = rp_read_file_max(path, RP_PLANFILE_MAX_BYTES, &text, &len);
     if (s) return s;
     s = rp_planfile_parse(text, len, what, out);
     free(text);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 /* The base file is little-endian and rows are read in place. */
@@ -496,14 +497,17 @@ rp_status rp_kld_reader_open(const char *path, rp_kld_reader **out) {
     if (!r) return RP_ERR_NOMEM;
     rp_status s = RP_OK;
     r->path = rp_strdup(path);
-    r->fp = fopen(path, "rb");
+    struct stat st;
+    int fd = r->path ? rp_open_regular(path, &st) : -1;
+    r->fp = fd >= 0 ? fdopen(fd, "rb") : NULL;
     if (!r->path || !r->fp) {
-        s = r->path ? rp_fail(RP_ERR_IO, "cannot open '%s': %s", path, strerror(errno))
-                    : RP_ERR_NOMEM;
+        s = !r->path ? RP_ERR_NOMEM
+            : fd < 0 ? RP_ERR_IO
+                     : rp_fail(RP_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
         rp_kld_reader_free(r);
         return s;
     }
-    struct stat st;
     unsigned char h[RP_KLD_HEADER_SIZE];
     if (fstat(fileno(r->fp), &st) != 0) {
         s = rp_fail(RP_ERR_IO, "cannot stat: %s", strerror(errno));

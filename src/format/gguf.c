@@ -120,6 +120,7 @@ struct rp_gguf {
     const uint8_t *base;
     uint64_t size;
     bool mapped;
+    uint64_t dev, ino; /* of the file: an input rp_atomic_open will not replace */
     uint32_t version;
     uint64_t n_kv, n_tensors;
     uint64_t alignment;
@@ -407,6 +408,16 @@ static rp_status parse_kv(cursor *c, rp_gguf *g, uint64_t i) {
             return cur_fail(c, "general.alignment must be a u32 power of two (type %s)",
                             rp_gguf_type_name((int)type));
         }
+        /* The GGUF spec asks for a multiple of 8; llama.cpp checks only for a
+         * power of two (gguf.cpp), but tensor data at 1, 2 or 4 bytes gives
+         * misaligned f32/f64 loads: refused here. */
+        if (kv->val.u % 8) {
+            c->pos = kv->val.offset;
+            return cur_fail(c,
+                            "general.alignment %" PRIu64 " is not a multiple of 8 (the GGUF "
+                            "spec requires it; llama.cpp accepts any power of two)",
+                            kv->val.u);
+        }
         g->alignment = kv->val.u;
     }
     return RP_OK;
@@ -484,6 +495,45 @@ static rp_status parse_tensor_info(cursor *c, rp_gguf *g, uint64_t i) {
     return RP_OK;
 }
 
+typedef struct span {
+    uint64_t offset, nbytes, index;
+} span;
+static int by_offset(const void *pa, const void *pb) {
+    const span *a = pa, *b = pb;
+    if (a->offset != b->offset) return a->offset < b->offset ? -1 : 1;
+    return a->nbytes < b->nbytes ? -1 : a->nbytes > b->nbytes;
+}
+
+/* No two tensors' bytes overlap, unless they are the same bytes (same offset
+ * and size: an alias, as a tied embedding may be stored once). llama.cpp
+ * requires every tensor to follow the previous one; reprise takes any order. */
+static rp_status check_overlaps(cursor *c, rp_gguf *g) {
+    if (g->n_tensors < 2) return RP_OK;
+    span *sp = rp_malloc((size_t)g->n_tensors * sizeof *sp, "tensor order");
+    if (!sp) return RP_ERR_NOMEM;
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        sp[i] = (span){g->tensors[i].offset, g->tensors[i].nbytes, i};
+    qsort(sp, (size_t)g->n_tensors, sizeof *sp, by_offset);
+    rp_status s = RP_OK;
+    uint64_t hold = 0; /* the span reaching furthest so far */
+    for (uint64_t k = 1; k < g->n_tensors && !s; k++) {
+        const span *a = &sp[k - 1], *b = &sp[k], *h = &sp[hold];
+        if (b->offset == a->offset && b->nbytes == a->nbytes) continue; /* an alias */
+        if (b->offset < h->offset + h->nbytes) {
+            const rp_gguf_tensor *tb = &g->tensors[b->index], *th = &g->tensors[h->index];
+            c->pos = tb->info_offset;
+            snprintf(c->where, sizeof c->where, "tensor '%.120s'", tb->name);
+            s = cur_fail(c,
+                         "data [%" PRIu64 ", +%" PRIu64 ") overlaps tensor '%.120s' [%" PRIu64
+                         ", +%" PRIu64 ")",
+                         b->offset, b->nbytes, th->name, h->offset, h->nbytes);
+        }
+        if (b->offset + b->nbytes > h->offset + h->nbytes) hold = k;
+    }
+    free(sp);
+    return s;
+}
+
 /* The data section after the infos: every tensor's bytes inside the file. */
 static rp_status place_data(cursor *c, rp_gguf *g) {
     c->where[0] = 0;
@@ -502,7 +552,7 @@ static rp_status place_data(cursor *c, rp_gguf *g) {
         }
         t->data = g->base + start;
     }
-    return RP_OK;
+    return check_overlaps(c, g);
 }
 
 static rp_status parse(rp_gguf *g) {
@@ -539,13 +589,9 @@ rp_status rp_gguf_open_mem(const void *data, size_t size, rp_gguf **out) {
 
 rp_status rp_gguf_open(const char *path, rp_gguf **out) {
     *out = NULL;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return rp_fail(RP_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return rp_fail(RP_ERR_IO, "'%s' is not a regular file", path);
-    }
+    int fd = rp_open_regular(path, &st);
+    if (fd < 0) return RP_ERR_IO;
     rp_gguf *g = rp_calloc(1, sizeof *g, "GGUF reader");
     if (!g) {
         close(fd);
@@ -569,6 +615,9 @@ rp_status rp_gguf_open(const char *path, rp_gguf **out) {
         }
         g->base = p;
         g->mapped = true;
+        g->dev = (uint64_t)st.st_dev;
+        g->ino = (uint64_t)st.st_ino;
+        rp_input_add(g->dev, g->ino);
     } else {
         g->base = (const uint8_t *)"";
     }
@@ -578,7 +627,10 @@ rp_status rp_gguf_open(const char *path, rp_gguf **out) {
 
 void rp_gguf_close(rp_gguf *g) {
     if (!g) return;
-    if (g->mapped) munmap((void *)g->base, (size_t)g->size);
+    if (g->mapped) {
+        munmap((void *)g->base, (size_t)g->size);
+        rp_input_remove(g->dev, g->ino);
+    }
     arena_free(&g->arena);
     free(g->kv_index.slots);
     free(g->tensor_index.slots);

@@ -46,7 +46,8 @@ typedef struct st_file {
     const uint8_t *base;
     uint64_t size;
     bool mapped;
-    json_t *meta; /* "__metadata__" object, or NULL */
+    uint64_t dev, ino; /* an input rp_atomic_open will not replace */
+    json_t *meta;      /* "__metadata__" object, or NULL */
 } st_file;
 
 struct rp_st {
@@ -182,7 +183,10 @@ void rp_st_close(rp_st *st) {
     if (!st) return;
     for (uint32_t i = 0; i < st->n_files; i++) {
         st_file *f = &st->files[i];
-        if (f->mapped) munmap((void *)f->base, (size_t)f->size);
+        if (f->mapped) {
+            munmap((void *)f->base, (size_t)f->size);
+            rp_input_remove(f->dev, f->ino);
+        }
         json_decref(f->meta);
         free(f->path);
     }
@@ -377,13 +381,9 @@ static rp_status parse_file(rp_st *st, uint32_t fi) {
 }
 
 static rp_status map_file(rp_st *st, const char *path) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return rp_fail(RP_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return rp_fail(RP_ERR_IO, "'%s' is not a regular file", path);
-    }
+    int fd = rp_open_regular(path, &sb);
+    if (fd < 0) return RP_ERR_IO;
     st_file *f = push_file(st, path);
     if (!f) {
         close(fd);
@@ -398,6 +398,9 @@ static rp_status map_file(rp_st *st, const char *path) {
         }
         f->base = p;
         f->mapped = true;
+        f->dev = (uint64_t)sb.st_dev;
+        f->ino = (uint64_t)sb.st_ino;
+        rp_input_add(f->dev, f->ino);
     } else {
         f->base = (const uint8_t *)"";
     }

@@ -456,6 +456,7 @@ typedef struct bpe_session {
     size_t wb_n, wb_cap;
     int32_t *wc_toks;
     size_t wt_n, wt_cap;
+    size_t dropped; /* bytes with no token (dropped, as llama.cpp drops them) */
 } bpe_session;
 
 typedef struct wc_entry {
@@ -512,7 +513,7 @@ static void wc_insert(bpe_session *s, uint64_t h, const char *w, size_t n, const
     size_t i = h & (s->wc_cap - 1);
     while (s->wc[i].wlen) i = (i + 1) & (s->wc_cap - 1);
     memcpy(s->wc_bytes + s->wb_n, w, n);
-    memcpy(s->wc_toks + s->wt_n, toks, tn * sizeof *toks);
+    if (tn) memcpy(s->wc_toks + s->wt_n, toks, tn * sizeof *toks); /* toks may be NULL */
     s->wc[i] = (wc_entry){h, (uint32_t)s->wb_n, (uint32_t)n, (uint32_t)s->wt_n, (uint32_t)tn};
     s->wb_n += n;
     s->wt_n += tn;
@@ -577,6 +578,7 @@ static bool emit(bpe_session *s, int32_t id) {
     const char *t = sym_text(v, s->b, id, &n);
     for (size_t i = 0; i < n; i++) {
         int32_t b = rp_vocab_find(v, t + i, 1);
+        if (b < 0) s->dropped++;
         if (b >= 0 && !rp_tokvec_push(s->out, b)) return false;
     }
     return true;
@@ -594,9 +596,10 @@ static rp_status bpe_word(bpe_session *s, const char *text, size_t n) {
             if (!rp_tokvec_push(s->out, s->wc_toks[e->toff + i])) return RP_ERR_NOMEM;
         return RP_OK;
     }
-    size_t before = s->out->n;
+    size_t before = s->out->n, dropped = s->dropped;
     rp_status st = bpe_word_merge(s, text, n);
-    if (!st) wc_insert(s, h, text, n, s->out->v + before, s->out->n - before);
+    if (!st && s->dropped == dropped) /* a word that lost bytes is counted again each time */
+        wc_insert(s, h, text, n, s->out->v + before, s->out->n - before);
     return st;
 }
 
@@ -696,6 +699,11 @@ rp_status rp_bpe_tokenize(const rp_vocab *v, const char *text, size_t len, rp_to
         if (!s.md[i]) st = rp_fail(RP_ERR_NOMEM, "out of memory (regex match data)");
     }
     if (!st) st = split(&s, 0, text, len);
+    if (!st && s.dropped)
+        rp_log(RP_LOG_WARN,
+               "tokenizer: %zu byte(s) of the text have no token in the vocabulary (neither as "
+               "part of a word nor as a single byte) and were dropped, as llama.cpp drops them",
+               s.dropped);
     for (int i = 0; i < b->n_re; i++) pcre2_match_data_free(s.md[i]);
     free(s.sym);
     free(s.heap);

@@ -1,0 +1,235 @@
+# Hardening (issue 22): outputs that must not be replaced, inputs that must not
+# hang or exhaust memory, signals that must not leave temporary files, values
+# that must be refused. Each check fails on the code before the fix.
+. "$(dirname "$0")/_lib.sh"
+Q="$S/models/synth/qwen3-tiny.gguf"
+M="$S/models/stories260K.gguf"
+
+# ---- outputs -----------------------------------------------------------------
+cp "$Q" "$T/in.gguf"; chmod u+w "$T/in.gguf"
+expect_error quantize_in_is_out "input of this command" "$BIN" quantize "$T/in.gguf" "$T/in.gguf" Q8_0
+cmp -s "$Q" "$T/in.gguf" && ok quantize_in_is_out_untouched || fail quantize_in_is_out_untouched "the input changed"
+ln -s in.gguf "$T/alias.gguf"
+expect_error quantize_in_is_out_via_link "input of this command" "$BIN" quantize "$T/in.gguf" "$T/alias.gguf" Q8_0
+expect_exit quantize_in_is_out_forced 0 "$BIN" quantize "$T/in.gguf" "$T/in.gguf" Q8_0 --force
+expect_error gguf_copy_in_is_out "input of this command" "$BIN" gguf-copy "$M" "$M"
+expect_error merge_in_is_out "an input of this command" "$BIN" merge -m "$T/in.gguf" --repeat-layers 0-1 -o "$T/in.gguf"
+
+# a symbolic link output writes its target, which keeps its mode
+cp "$M" "$T/target.gguf"; chmod 0640 "$T/target.gguf"; ln -s target.gguf "$T/link.gguf"
+"$BIN" gguf-copy "$Q" "$T/link.gguf" 2> "$T/err"
+if [ -L "$T/link.gguf" ] && cmp -s "$Q" "$T/target.gguf" && [ "$(stat -c %a "$T/target.gguf")" = 640 ]; then
+    ok output_symlink_target_written
+else
+    fail output_symlink_target_written "link kept: $([ -L "$T/link.gguf" ] && echo yes || echo no), mode $(stat -c %a "$T/target.gguf"): $(cat "$T/err")"
+fi
+cp "$M" "$T/ro.gguf"; chmod 0444 "$T/ro.gguf"
+expect_error output_read_only_refused "read-only" "$BIN" gguf-copy "$Q" "$T/ro.gguf"
+mkfifo "$T/out.fifo"
+expect_error output_fifo_refused "FIFO" "$BIN" quantize "$M" "$T/out.fifo" Q8_0
+[ -p "$T/out.fifo" ] && ok output_fifo_kept || fail output_fifo_kept "the FIFO was replaced"
+# a character device is written through (root could otherwise replace /dev/null)
+expect_exit output_dev_null 0 "$BIN" quantize "$M" /dev/null Q8_0
+[ -c /dev/null ] && ok output_dev_null_kept || fail output_dev_null_kept "/dev/null is no longer a device"
+
+# SIGINT / SIGTERM / SIGHUP during a write leave no temporary file
+for sig in INT TERM HUP; do
+    rm -f "$T"/sig.gguf*
+    "$BIN" quantize -t 1 "$Q" "$T/sig.gguf" IQ4_XS 2> /dev/null &
+    pid=$!
+    for _ in $(seq 500); do compgen -G "$T/sig.gguf.tmp.*" > /dev/null && break; sleep 0.01; done
+    seen=$(compgen -G "$T/sig.gguf.tmp.*" > /dev/null && echo yes || echo no)
+    kill -"$sig" "$pid"; wait "$pid" 2> /dev/null
+    left=$(ls "$T" | grep -c 'sig.gguf')
+    if [ "$seen" = yes ] && [ "$left" -eq 0 ]; then ok "quantize_sig${sig}_no_temp"; else fail "quantize_sig${sig}_no_temp" "temp seen: $seen, left: $(ls "$T" | grep sig.gguf)"; fi
+done
+
+# ---- inputs ------------------------------------------------------------------
+mkfifo "$T/model.fifo"
+expect_error model_fifo_refused "FIFO" timeout 10 "$BIN" run -m "$T/model.fifo" -p hi -n 1
+cp "$M" "$T/m.gguf"; chmod u+w "$T/m.gguf"; mkfifo "$T/m.gguf.rphash"
+expect_exit rphash_fifo_ignored 0 timeout 20 "$BIN" plan hash "$T/m.gguf"
+rm -f "$T/m.gguf.rphash"; ln -s /dev/zero "$T/m.gguf.rphash"
+expect_exit rphash_dev_zero_ignored 0 timeout 20 "$BIN" plan hash "$T/m.gguf"
+expect_error text_dev_zero_bounded "limit for a text file" timeout 60 "$BIN" run -m "$M" -f /dev/zero -n 1
+
+# ---- the HTTP connection layer -------------------------------------------------
+start_server() { # NAME ARGS...: sets PORT and PID
+    local name=$1; shift
+    "$BIN" serve -m "$M" --port 0 -t 1 "$@" > "$T/$name.out" 2> "$T/$name.err" &
+    PID=$!
+    PORT=""
+    for _ in $(seq 1 300); do
+        PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$T/$name.err" | grep -o '[0-9]*$')
+        [ -n "$PORT" ] && return 0
+        kill -0 "$PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    fail "start_$name" "server did not start: $(tail -3 "$T/$name.err")"
+    return 1
+}
+stop_server() {
+    kill -TERM "$PID" 2>/dev/null
+    for _ in $(seq 1 300); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$PID" 2>/dev/null && { fail "stop_$1" "still running"; kill -KILL "$PID"; }
+    wait "$PID" 2>/dev/null
+}
+# http.py PORT CHECK: prints "ok NAME" / "FAIL NAME: why" lines
+cat > "$T/http.py" <<'PY'
+import socket, sys, time
+port, check = int(sys.argv[1]), sys.argv[2]
+def ok(n): print("ok " + n)
+def fail(n, why): print("FAIL %s: %s" % (n, why))
+def exchange(data, src="127.0.0.1", wait=5.0):
+    s = socket.socket(); s.bind((src, 0)); s.settimeout(wait); s.connect(("127.0.0.1", port))
+    t = time.time(); s.sendall(data); r = b""
+    try:
+        while True:
+            k = s.recv(65536)
+            if not k: break
+            r += k
+    except Exception as e:
+        r += b"<" + type(e).__name__.encode() + b">"
+    s.close()
+    return r, time.time() - t
+def status(r): return r.split(b"\r\n", 1)[0].decode("latin-1")
+HEALTH = b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+BODY = b'{"prompt": "hi", "max_tokens": 1}'
+if check == "framing":
+    for name, data in [
+        ("http_garbage_line_400", b"\x00\x01\x02GARBAGE\r\n\r\n"),
+        ("http_garbage_word_400", b"GARBAGE\r\n\r\n"),
+        ("http_two_content_lengths_400", b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nContent-Length: 5\r\n\r\n" % len(BODY) + BODY),
+        ("http_cl_and_te_400", b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n" % len(BODY) + BODY),
+    ]:
+        r, dt = exchange(data)
+        if status(r).startswith("HTTP/1.1 400") and dt < 1.0: ok(name)
+        else: fail(name, "%r after %.2f s" % (status(r), dt))
+    r, dt = exchange(b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % (len(BODY), len(BODY)) + BODY)
+    if status(r).startswith("HTTP/1.1 200"): ok("http_equal_content_lengths_accepted")
+    else: fail("http_equal_content_lengths_accepted", status(r))
+    # a header line every 0.3 s: cut at the header deadline (1 s), with 408
+    s = socket.create_connection(("127.0.0.1", port)); s.settimeout(5)
+    t = time.time(); s.sendall(b"GET /health HTTP/1.1\r\n"); r = b""
+    try:
+        for i in range(20):
+            s.sendall(b"X-Slow-%d: 1\r\n" % i); time.sleep(0.3)
+    except OSError:
+        pass
+    try:
+        while True:
+            k = s.recv(4096)
+            if not k: break
+            r += k
+    except Exception:
+        pass
+    dt = time.time() - t
+    if status(r).startswith("HTTP/1.1 408") and dt < 3.0: ok("http_header_deadline_408")
+    else: fail("http_header_deadline_408", "%r after %.2f s" % (status(r), dt))
+elif check.startswith("slowloris"):
+    # 600 sockets that send a request line and then a header line now and then,
+    # from other loopback addresses; a normal client is answered at once
+    socks, refused = [], 0
+    srcs = ["127.0.0.2"] if check == "slowloris_one_ip" else ["127.0.0.%d" % (2 + i % 50) for i in range(50)]
+    for i in range(600):
+        s = socket.socket(); s.bind((srcs[i % len(srcs)], 0)); s.settimeout(5)
+        s.connect(("127.0.0.1", port)); s.sendall(b"GET /health HTTP/1.1\r\nX-A: 1\r\n"); socks.append(s)
+    time.sleep(0.3)
+    for s in socks:
+        try:
+            s.sendall(b"X-B: 2\r\n")
+        except OSError:
+            pass
+    worst = 0.0
+    for k in range(5):
+        r, dt = exchange(HEALTH, wait=5)
+        worst = max(worst, dt)
+        if not status(r).startswith("HTTP/1.1 200"): worst = 99; break
+    if worst < 1.0: ok("http_%s_normal_client_served" % check)
+    else: fail("http_%s_normal_client_served" % check, "%r, worst %.2f s" % (status(r), worst))
+    n503 = 0
+    for s in socks:
+        s.setblocking(False)
+        try:
+            if s.recv(64).startswith(b"HTTP/1.1 503"): n503 += 1
+        except OSError:
+            pass
+        s.close()
+    if n503 > 0: ok("http_%s_refused_with_503" % check)
+    else: fail("http_%s_refused_with_503" % check, "no socket got a 503")
+PY
+if start_server H1 --header-timeout 1; then
+    python3 "$T/http.py" "$PORT" framing
+    stop_server H1
+fi
+if start_server H2; then # the defaults: 128 per address, 512 in all
+    python3 "$T/http.py" "$PORT" slowloris_one_ip
+    stop_server H2
+fi
+if start_server H3 --conn-limit 64 --conn-limit-per-ip 0; then
+    python3 "$T/http.py" "$PORT" slowloris_many_ips
+    stop_server H3
+fi
+expect_error serve_empty_alias "alias is empty" "$BIN" serve -m "$M" -a "" --port 0
+
+# ---- values ------------------------------------------------------------------
+expect_error run_n_minus_2 "-n must be -1" "$BIN" run -m "$M" -p hi -n -2
+expect_error run_t_minus_3 "-t must be at least 0" "$BIN" run -m "$M" -p hi -n 1 -t -3
+expect_error run_empty_repeat_layers "--repeat-layers is empty" "$BIN" run -m "$M" -p hi -n 1 --repeat-layers ""
+expect_error run_empty_layer_map "--layer-map is empty" "$BIN" run -m "$M" -p hi -n 1 --layer-map ""
+"$BIN" run -m "$M" -p hi -n 4 -t 10000 --temp 0 > /dev/null 2> "$T/err"
+rc=$?
+if [ "$rc" -eq 0 ] && grep -q "note: -t 10000 is more than the $(getconf _NPROCESSORS_ONLN) cores here: using $(getconf _NPROCESSORS_ONLN)" "$T/err"; then ok run_threads_capped; else fail run_threads_capped "rc $rc: $(head -c 300 "$T/err")"; fi
+
+# ---- weights -----------------------------------------------------------------
+# gguf_patch.py IN OUT TENSOR HEX: OUT is IN with every 4-byte word of TENSOR's data set to HEX
+cat > "$T/gguf_patch.py" <<'PY'
+import struct, sys
+d = bytearray(open(sys.argv[1], 'rb').read()); o = 4
+def u(f):
+    global o; v = struct.unpack_from('<' + f, d, o)[0]; o += struct.calcsize('<' + f); return v
+def s():
+    global o; n = u('Q'); v = bytes(d[o:o + n]).decode(); o += n; return v
+size = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+def val(t):
+    global o
+    if t == 8: s(); return
+    if t == 9:
+        et = u('I')
+        for _ in range(u('Q')): val(et)
+        return
+    o += size[t]
+u('I'); nt = u('Q'); nkv = u('Q'); align = 32
+for _ in range(nkv):
+    k = s(); t = u('I'); at = o; val(t)
+    if k == 'general.alignment': align = struct.unpack_from('<I', d, at)[0]
+ts = {}
+for _ in range(nt):
+    name = s(); nd = u('I'); ne = [u('Q') for _ in range(nd)]; ty = u('I'); off = u('Q')
+    n = 1
+    for x in ne: n *= x
+    ts[name] = (ty, off, n)
+base = (o + align - 1) // align * align
+ty, off, n = ts[sys.argv[3]]
+assert ty == 0, "F32 tensors only"
+word = bytes.fromhex(sys.argv[4])
+for i in range(n): d[base + off + 4 * i: base + off + 4 * i + 4] = word
+open(sys.argv[2], 'wb').write(d)
+PY
+python3 "$T/gguf_patch.py" "$M" "$T/nan.gguf" output_norm.weight 0000c07f
+expect_error nan_weights_error "are not finite" "$BIN" run -m "$T/nan.gguf" -p hi -n 2
+python3 "$T/gguf_patch.py" "$M" "$T/inf.gguf" output_norm.weight 0000807f
+expect_error inf_weights_error "position [0-9]*) are not finite" "$BIN" run -m "$T/inf.gguf" -p hi -n 2
+
+# inspect prints key and tensor names escaped (no terminal escape gets through)
+python3 - "$M" "$T/esc.gguf" <<'PY'
+import sys
+d = open(sys.argv[1], 'rb').read()
+j = d.index(b'output_norm.weight')
+d = d[:j] + b'\x1b[2Jut_norm.weight' + d[j + 18:]  # the same length
+open(sys.argv[2], 'wb').write(d)
+PY
+"$BIN" inspect "$T/esc.gguf" > "$T/out" 2>&1
+if grep -q $'\x1b' "$T/out"; then fail inspect_escapes_names "an ESC byte reached the output"
+elif grep -qF '\x1b[2Jut_norm.weight' "$T/out"; then ok inspect_escapes_names
+else fail inspect_escapes_names "$(grep -n norm "$T/out" | head -3)"; fi

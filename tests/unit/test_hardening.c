@@ -1,0 +1,127 @@
+/* Hardening (issue 22): inputs that used to be accepted silently or to reach
+ * undefined behaviour, each now refused or reported. */
+#include "base/util.h"
+#include "format/gguf.h"
+#include "reprise.h"
+#include "test.h"
+
+#include <string.h>
+#include <unistd.h>
+
+static char g_warn[1024];
+static int g_n_warn;
+static void catch_log(rp_log_level level, const char *msg, void *user) {
+    (void)user;
+    if (level != RP_LOG_WARN) return;
+    g_n_warn++;
+    snprintf(g_warn, sizeof g_warn, "%s", msg);
+}
+
+/* Text the vocabulary cannot encode (no token, not even its single bytes):
+ * the tokens llama.cpp gives (the bytes dropped), a warning that says so,
+ * and no memcpy from NULL in the word cache (UBSan) for a word with no token. */
+void test_hardening_bpe_unencodable_text(void) {
+    static const char *const toks[] = {"a", "b", "ab", "Ġ"};
+    static const char *const merges[] = {"a b"};
+    const char *path = test_tmp("hard-bpe.gguf");
+    rp_gguf_writer *w = rp_gguf_writer_new();
+    REQUIRE(w, "writer");
+    rp_status s = rp_gguf_w_set_str(w, "tokenizer.ggml.model", "gpt2");
+    s = s ? s : rp_gguf_w_set_str(w, "tokenizer.ggml.pre", "gpt-2");
+    s = s ? s : rp_gguf_w_set_arr_str(w, "tokenizer.ggml.tokens", toks, 4);
+    s = s ? s : rp_gguf_w_set_arr_str(w, "tokenizer.ggml.merges", merges, 1);
+    s = s ? s : rp_gguf_w_write(w, path, NULL, NULL);
+    rp_gguf_writer_free(w);
+    REQUIRE(!s, "%s", rp_last_error());
+    rp_model_params mp = rp_model_default_params();
+    mp.vocab_only = true;
+    rp_model *m;
+    REQUIRE(rp_model_load(path, &mp, &m) == RP_OK, "%s", rp_last_error());
+    rp_log_set(catch_log, NULL);
+    g_n_warn = 0;
+    int32_t *t = NULL;
+    size_t n = 0;
+    /* "xy" first: a word of two bytes with no token at all, into the cache */
+    s = rp_tokenize(rp_model_vocab(m), "xy ab xy", 8, false, false, &t, &n);
+    rp_log_set(NULL, NULL);
+    REQUIRE(s == RP_OK, "%s", rp_last_error());
+    /* xy -> nothing, " ab" -> Ġ ab, " xy" -> Ġ */
+    CHECK(n == 3 && t[0] == 3 && t[1] == 2 && t[2] == 3, "tokens (n %zu)", n);
+    CHECK(g_n_warn == 1 && strstr(g_warn, "4 byte(s)"), "warning (%d): %s", g_n_warn, g_warn);
+    free(t);
+    rp_model_free(m);
+    unlink(path);
+}
+
+/* stories260K with its vocabulary cut to n tokens (the embedding keeps 512 rows). */
+static rp_status cut_vocab(const char *path, uint64_t n) {
+    rp_gguf *g;
+    rp_status s = rp_gguf_open(test_shared("models/stories260K.gguf"), &g);
+    if (s) return s;
+    rp_gguf_writer *w = rp_gguf_writer_new();
+    s = rp_gguf_w_copy_kv(w, g);
+    const char *names[] = {"tokenizer.ggml.tokens", "tokenizer.ggml.scores",
+                           "tokenizer.ggml.token_type"};
+    for (int k = 0; k < 3 && !s; k++) {
+        rp_gguf_val v = *rp_gguf_get(g, names[k]);
+        v.arr.n = n;
+        s = rp_gguf_w_set(w, names[k], &v);
+    }
+    for (uint64_t i = 0; i < rp_gguf_n_tensors(g) && !s; i++) {
+        const rp_gguf_tensor *t = rp_gguf_tensor_at(g, i);
+        s = rp_gguf_w_add_tensor(w, t->name, (int)t->type, t->n_dims, t->ne, t->data);
+    }
+    if (!s) s = rp_gguf_w_write(w, path, NULL, NULL);
+    rp_gguf_writer_free(w);
+    rp_gguf_close(g);
+    return s;
+}
+
+/* A 100-token vocabulary over a 512-row embedding: ids 100..511 would have
+ * no text (llama.cpp refuses it too). */
+void test_hardening_vocab_smaller_than_embedding(void) {
+    const char *path = test_tmp("hard-vocab100.gguf");
+    REQUIRE(cut_vocab(path, 100) == RP_OK, "%s", rp_last_error());
+    rp_model_params mp = rp_model_default_params();
+    rp_model *m = NULL;
+    CHECK(rp_model_load(path, &mp, &m) == RP_ERR_FORMAT, "loaded");
+    CHECK(strstr(rp_last_error(), "100 tokens") && strstr(rp_last_error(), "512 rows"),
+          "message: %s", rp_last_error());
+    rp_model_free(m);
+    REQUIRE(cut_vocab(path, 512) == RP_OK, "%s", rp_last_error());
+    CHECK(rp_model_load(path, &mp, &m) == RP_OK, "%s", rp_last_error());
+    rp_model_free(m);
+    unlink(path);
+}
+
+/* Tensors whose bytes overlap are refused, naming both; the same bytes
+ * under two names (an alias) are not. */
+void test_hardening_overlapping_tensors(void) {
+    float a[64] = {0};
+    int64_t ne8[1] = {8}, ne16[1] = {16};
+    rp_gguf_writer *w = rp_gguf_writer_new();
+    REQUIRE(w, "writer");
+    rp_gguf_w_add_tensor(w, "x", RP_TYPE_F32, 1, ne16, a);
+    rp_gguf_w_add_tensor(w, "y", RP_TYPE_F32, 1, ne8, a);
+    const char *path = test_tmp("hard-overlap.gguf");
+    REQUIRE(rp_gguf_w_write(w, path, NULL, NULL) == RP_OK, "%s", rp_last_error());
+    rp_gguf_writer_free(w);
+    size_t n;
+    unsigned char *d = test_read(path, &n);
+    REQUIRE(d, "read back");
+    rp_gguf *g;
+    REQUIRE(rp_gguf_open_mem(d, n, &g) == RP_OK, "%s", rp_last_error());
+    const uint64_t off_x = rp_gguf_tensor_at(g, 0)->info_offset + 8 + 1 + 4 + 8 + 4,
+                   off_y = rp_gguf_tensor_at(g, 1)->info_offset + 8 + 1 + 4 + 8 + 4;
+    rp_gguf_close(g);
+    uint64_t v = 32; /* y inside x's 64 bytes */
+    memcpy(d + off_y, &v, 8);
+    CHECK(rp_gguf_open_mem(d, n, &g) == RP_ERR_FORMAT, "overlap accepted");
+    CHECK(strstr(rp_last_error(), "overlaps tensor 'x'"), "message: %s", rp_last_error());
+    v = 0; /* both at 0 with different sizes: still an overlap */
+    memcpy(d + off_y, &v, 8);
+    CHECK(rp_gguf_open_mem(d, n, &g) == RP_ERR_FORMAT, "offset 0 twice accepted");
+    (void)off_x;
+    free(d);
+    unlink(path);
+}
