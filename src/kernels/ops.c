@@ -150,7 +150,11 @@ void rp_gelu_tanh_mul(float *gate, const float *up, int n) {
  * rp_gelu_tanh_mul), so no shared state needs initializing. */
 static float gelu_tanh_f32(float x) {
     const float c = 0.7978845608028654f; /* sqrt(2/pi) */
-    return 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x)));
+    /* llama.cpp's x86 build fills its table from C compiled with contraction:
+     * 1 + a*x*x is one fused multiply-add over the rounded a*x (found on
+     * Gemma 3's ffn_geglu at x = -1.999, where the two forms round to
+     * different fp16 values) */
+    return 0.5f * x * (1.0f + tanhf(c * x * fmaf(0.044715f * x, x, 1.0f)));
 }
 
 void rp_gelu_tanh_f16_mul(float *gate, const float *up, int n) {
