@@ -8,6 +8,7 @@
  *           (matched by name, step and position), and the first that differs. */
 #include "tools.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,19 +23,28 @@ typedef struct cmp_opts {
     bool per_pos;
 } cmp_opts;
 
+/* a whole float32 file (logit files pass the text reader's limit) */
 static float *read_f32(const char *cmd, const char *path, size_t *n) {
-    size_t len = 0;
-    char *b = tool_read_text(cmd, path, &len);
-    if (!b) return NULL;
-    if (len % sizeof(float)) {
-        tool_error(cmd, "%s: %zu bytes is not a whole number of float32", path, len);
-        free(b);
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        tool_error(cmd, "cannot open %s: %s", path, strerror(errno));
         return NULL;
     }
-    *n = len / sizeof(float);
-    float *f = malloc(len ? len : 1);
-    if (f) memcpy(f, b, len);
-    free(b);
+    float *f = NULL;
+    long len = fseek(fp, 0, SEEK_END) == 0 ? ftell(fp) : -1;
+    if (len < 0 || fseek(fp, 0, SEEK_SET) != 0) {
+        tool_error(cmd, "cannot read %s: %s", path, strerror(errno));
+    } else if (len % (long)sizeof(float)) {
+        tool_error(cmd, "%s: %ld bytes is not a whole number of float32", path, len);
+    } else if (!(f = malloc(len ? (size_t)len : 1))) {
+        tool_error(cmd, "%s: out of memory for %ld bytes", path, len);
+    } else if (fread(f, 1, (size_t)len, fp) != (size_t)len) {
+        tool_error(cmd, "%s: short read", path);
+        free(f);
+        f = NULL;
+    }
+    fclose(fp);
+    if (f) *n = (size_t)len / sizeof(float);
     return f;
 }
 
