@@ -8,7 +8,8 @@
 
 typedef struct scan_opts {
     model_opts mo;
-    const char *file, *probes, *metric_name, *out, *png_path, *base_plan, *shard;
+    const char *file, *probes, *metric_name, *out, *png_path, *base_plan, *shard, *combine_list;
+    unsigned combine;
     int n_chunks, max_extra, start, end, n_best, beam, depth;
     bool no_reuse;
     /* from the checks */
