@@ -269,7 +269,7 @@ rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
             rp_gelu_tanh_f16_mul(d->gate, d->up, (int)nf);
         else
             rp_gelu_erf_mul(d->gate, d->up, (int)nf);
-        TRACE("ffn_act", e, d->gate, li->n_ff);
+        TRACE(cfg->act == RP_ACT_SILU ? "ffn_swiglu" : "ffn_geglu", e, d->gate, li->n_ff);
         rp_matmul(&c->cc, L->ffn_down, d->gate, n, d->tmp);
         rp_ctx_delta(&c->cc, c->deltas, e, 1, &L->ffn_down, &d->tmp, d->gate, n);
         TRACE("ffn_out", e, d->tmp, E);
