@@ -456,7 +456,8 @@ void rp_context_set_abort(rp_context *ctx, rp_abort_fn fn, void *user);
  * hands named intermediate tensors to fn, on the decoding thread, in the order
  * they are computed. Names follow llama.cpp's graph ("inp_embd", "attn_norm",
  * "Qcur" (after bias, norm and rope), "Kcur", "Vcur", "kqv_out", "attn_out",
- * "ffn_inp", "ffn_norm", "ffn_gate", "ffn_up", "ffn_act", "ffn_out", "l_out",
+ * "ffn_inp", "ffn_norm", "ffn_gate", "ffn_up", "ffn_swiglu" or "ffn_geglu" (the
+ * gated activation), "ffn_out", "l_out",
  * "result_norm", "result_output"), without llama.cpp's "-LAYER" suffix:
  * step and src say where. data and pos are valid during the call only. The
  * library writes nothing itself; the tools' --dump-tensors / REPRISE_TRACE

@@ -301,7 +301,7 @@ rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
         TRACE("ffn_gate", e, d->gate, li->n_ff);
         TRACE("ffn_up", e, d->up, li->n_ff);
         rp_be_act_mul(be, (rp_bact)cfg->act, d->gate, d->up, n * li->n_ff);
-        TRACE("ffn_act", e, d->gate, li->n_ff);
+        TRACE(cfg->act == RP_ACT_SILU ? "ffn_swiglu" : "ffn_geglu", e, d->gate, li->n_ff);
         rp_be_matmul(be, L->ffn_down, d->gate, n, d->tmp);
         delta(c, e, 1, &L->ffn_down, &d->tmp, d->gate, n);
         TRACE("ffn_out", e, d->tmp, E);
