@@ -259,6 +259,13 @@ typedef struct rp_context_params {
     /* Keep the final hidden state (before the output norm) of every output row,
      * readable through rp_get_hidden (speculative drafting, embeddings). */
     bool keep_hidden;
+    /* Memory bound: the state (KV, recurrent) and scratch the context would
+     * allocate are estimated first and refused over mem_limit bytes (0 = the
+     * memory the system has available, MemAvailable). */
+    uint64_t mem_limit;
+    /* Only the plan and its figures (rp_context_plan_report, state bytes):
+     * no state, scratch or threads are allocated; rp_decode refuses it. */
+    bool plan_only;
 } rp_context_params;
 
 rp_context_params rp_context_default_params(void);
@@ -269,7 +276,10 @@ rp_context_params rp_context_default_params(void);
  *   RP_ERR_INVALID_ARG  a model loaded vocab_only, a cache type other than
  *                       f32/f16, n_ctx or n_seq_max too large, both plan specs
  *   RP_ERR_PLAN         the spec does not fit the model (the message names the
- *                       block or item and why) */
+ *                       block or item and why)
+ *   RP_ERR_NOMEM        the state and scratch estimated exceed mem_limit (or the
+ *                       available memory): the message gives both figures;
+ *                       nothing was allocated */
 rp_status rp_context_new(const rp_model *model, const rp_context_params *params, rp_context **out);
 void rp_context_free(rp_context *ctx); /* NULL is fine */
 

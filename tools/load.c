@@ -27,7 +27,7 @@ void model_opts_init(model_opts *o) {
 }
 
 const arg_opt *model_opts_table(model_opts *o, unsigned which) {
-    static arg_opt t[16];
+    static arg_opt t[20];
     const bool chunks = which & MO_CHUNKS;
     /* each entry with the flag that selects it (0: always) */
     const struct {
@@ -66,6 +66,10 @@ const arg_opt *model_opts_table(model_opts *o, unsigned which) {
          {"--plan-force", ARG_FLAG, &o->plan_force, NULL,
           "apply --plan to weights with another content hash"}},
         {MO_DUMP, {"--dump-plan", ARG_FLAG, &o->dump_plan, NULL, "print the layer plan and exit"}},
+        {0,
+         {"--mem-limit", ARG_U64, &o->mem_limit, "MIB",
+          "refuse a context whose state and scratch exceed MIB MiB (default: the memory "
+          "available)"}},
         {0, {"-q|--quiet", ARG_FLAG, &o->quiet, NULL, "only errors on stderr"}},
     };
     size_t k = 0;
@@ -102,6 +106,8 @@ rp_context_params model_opts_context(const model_opts *o, uint32_t n_seq) {
     cp.repeat_layers = o->repeat_layers;
     cp.layer_map = o->layer_map;
     cp.keep_hidden = o->keep_hidden;
+    cp.mem_limit = o->mem_limit > (UINT64_MAX >> 20) ? UINT64_MAX : o->mem_limit << 20;
+    cp.plan_only = o->dump_plan; /* the plan's figures, nothing allocated */
     return cp;
 }
 

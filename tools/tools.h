@@ -142,6 +142,7 @@ typedef struct model_opts {
     const char *plan_file; /* --plan FILE: a plan file (plan_resolve.c) */
     bool plan_force;       /* --plan-force: accept weights whose content hash differs */
     bool threads_force;    /* --threads-force: -t beyond the machine's cores */
+    uint64_t mem_limit;    /* --mem-limit MIB: bound on state + scratch (0 = available memory) */
 } model_opts;
 
 /* Which of the model options a command takes (-m, -c, -b, -t, -ctk, -ctv and

@@ -30,6 +30,11 @@ typedef struct rp_state {
 /* ring_extra: the largest number of tokens one sequence can add in a
  * micro-batch (so a sliding window of w keeps w + ring_extra - 1 cells). */
 rp_status rp_state_init(rp_state *st, const rp_model *m, const rp_plan *plan, int n_seq, int n_ctx,
+                        int ring_extra, int type_k, int type_v, bool alloc);
+/* What rp_state_init would allocate (KV + recurrent bytes, UINT64_MAX if it
+ * overflows), allocating nothing. rp_state_init with alloc false fills the
+ * views' sizes and the byte counts without the buffers (a plan's report). */
+uint64_t rp_state_bytes(const rp_model *m, const rp_plan *plan, int n_seq, int n_ctx,
                         int ring_extra, int type_k, int type_v);
 void rp_state_free(rp_state *st);
 void rp_state_clear_seq(rp_state *st, int seq);

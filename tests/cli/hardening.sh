@@ -233,3 +233,16 @@ PY
 if grep -q $'\x1b' "$T/out"; then fail inspect_escapes_names "an ESC byte reached the output"
 elif grep -qF '\x1b[2Jut_norm.weight' "$T/out"; then ok inspect_escapes_names
 else fail inspect_escapes_names "$(grep -n norm "$T/out" | head -3)"; fi
+
+# ---- memory bounds of plans ----------------------------------------------------
+MAP10K=$(python3 -c "print(','.join(['0..4'] * 2000))") # 10000 steps: 2500 MiB of KV at -c 2048
+expect_error plan_over_mem_limit "need 2500.0 MiB of state .* over the memory limit of 1024.0 MiB" "$BIN" run -m "$M" --layer-map "$MAP10K" -p hi -n 1 --mem-limit 1024
+expect_error bench_huge_prompt_bounded "1000001 positions need" "$BIN" bench -m "$M" -p 1000000 -n 0 -r 1 --mem-limit 512
+ASAN=0; nm "$BIN" 2>/dev/null | grep -q __asan_init && ASAN=1
+if [ "$ASAN" = 0 ]; then # --dump-plan allocates no state: it runs in 1 GB of address space
+    (ulimit -v 1000000; "$BIN" run -m "$M" --layer-map "$MAP10K" --dump-plan > "$T/out" 2> "$T/err")
+    rc=$?
+    if [ "$rc" -eq 0 ] && grep -q "2500.00 MiB for 1 x 2048" "$T/out"; then ok dump_plan_allocates_nothing; else fail dump_plan_allocates_nothing "rc $rc: $(head -c 300 "$T/err")"; fi
+else
+    expect_exit dump_plan_allocates_nothing 0 "$BIN" run -m "$M" --layer-map "$MAP10K" --dump-plan
+fi

@@ -125,3 +125,34 @@ void test_hardening_overlapping_tensors(void) {
     free(d);
     unlink(path);
 }
+
+/* A context's state and scratch are estimated before anything is allocated
+ * and refused over mem_limit (naming both figures); plan_only allocates no
+ * state and reports the same figures; decode refuses it. */
+void test_hardening_context_memory_bound(void) {
+    rp_model_params mp = rp_model_default_params();
+    rp_model *m;
+    REQUIRE(rp_model_load(test_shared("models/stories260K.gguf"), &mp, &m) == RP_OK, "%s",
+            rp_last_error());
+    rp_context_params cp = rp_context_default_params();
+    cp.n_ctx = 2048;
+    cp.layer_map = "0..4,0..4,0..4,0..4"; /* 20 steps: 5 MiB of KV */
+    cp.mem_limit = 4u << 20;
+    rp_context *c = NULL;
+    CHECK(rp_context_new(m, &cp, &c) == RP_ERR_NOMEM, "over the limit accepted");
+    CHECK(strstr(rp_last_error(), "5.0 MiB of state") && strstr(rp_last_error(), "4.0 MiB"),
+          "message: %s", rp_last_error());
+    cp.plan_only = true;
+    REQUIRE(rp_context_new(m, &cp, &c) == RP_OK, "%s", rp_last_error());
+    CHECK(rp_context_state_bytes(c) == 5u << 20, "state bytes %llu",
+          (unsigned long long)rp_context_state_bytes(c));
+    int32_t tok = 1;
+    rp_batch b = {.n_tokens = 1, .token = &tok};
+    CHECK(rp_decode(c, &b) == RP_ERR_INVALID_ARG, "decode on a plan-only context");
+    rp_context_free(c);
+    cp.plan_only = false;
+    cp.mem_limit = 64u << 20;
+    CHECK(rp_context_new(m, &cp, &c) == RP_OK, "%s", rp_last_error());
+    rp_context_free(c);
+    rp_model_free(m);
+}
