@@ -7,6 +7,7 @@
 #   make fuzz       build the libFuzzer targets (clang) and run each for FUZZ_SECONDS
 #   make format     clang-format every C source in place
 #   make bench      run the benchmark scripts under bench/ (long)
+#   make install    PREFIX=/usr/local DESTDIR= (scripts/packaging.mk); make uninstall
 #
 # BUILD=dir picks the output tree, so several trees can coexist.
 
@@ -85,6 +86,8 @@ $(TESTBIN): $(TEST_OBJ) $(LIB)
 
 # The demo model and text are assembled into the binary (tools/demo_data.c).
 $(BUILD)/tools/demo_data.o: models/demo-llama.gguf models/war-and-peace-heldout.txt
+# The server's chat page likewise (tools/serve_page.c).
+$(BUILD)/tools/serve_page.o: tools/web/chat.html
 
 san:
 	$(MAKE) BUILD=build-san SAN=1 OPT="-O1 -g" all
@@ -121,5 +124,7 @@ format-check:
 
 clean:
 	rm -rf build build-san build-fuzz
+
+include scripts/packaging.mk
 
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_OBJ:.o=.d)

@@ -60,8 +60,8 @@ for m in f16 q8_0 q4_k_m; do
     fi
     # size (MiB) and the two rows' mean t/s
     mib=$(awk -F'|' '/pp512/ {gsub(/ MiB| /, "", $3); print $3}' "$OUT/$m.txt")
-    pp=$(awk -F'|' '/pp512/ {split($8, a, " "); print a[1]}' "$OUT/$m.txt")
-    tg=$(awk -F'|' '/tg128/ {split($8, a, " "); print a[1]}' "$OUT/$m.txt")
+    pp=$(awk -F'|' '/pp512/ {split($11, a, " "); print a[1]}' "$OUT/$m.txt")
+    tg=$(awk -F'|' '/tg128/ {split($11, a, " "); print a[1]}' "$OUT/$m.txt")
     awk -v m="$m" -v pp="$pp" -v tg="$tg" -v lpp="$lpp" -v ltg="$ltg" -v mib="$mib" -v bw="$bw" 'BEGIN {
         gbs = tg * mib * 1048576 / 1e9   # every weight byte is read once per generated token
         printf "%-8s %12.2f %7.2fx %12.2f %7.2fx %10.1f %9.0f%%\n", m, pp, pp / lpp, tg, tg / ltg, gbs, 100 * gbs / bw }'

@@ -36,6 +36,22 @@ extern "C" {
 
 #define RP_VERSION "0.1.0"
 
+/* Export control. libreprise.so is built with -fvisibility=hidden: only what
+ * reprise.h and reprise_tools.h declare between RP_API_BEGIN and RP_API_END
+ * is exported (tests/cli/install.sh checks the two sets are equal). RP_API
+ * marks a single declaration elsewhere. */
+#if defined(__GNUC__)
+#define RP_API       __attribute__((visibility("default")))
+#define RP_API_BEGIN _Pragma("GCC visibility push(default)")
+#define RP_API_END   _Pragma("GCC visibility pop")
+#else
+#define RP_API
+#define RP_API_BEGIN
+#define RP_API_END
+#endif
+
+RP_API_BEGIN
+
 /* ---- status and errors --------------------------------------------------- */
 
 typedef enum rp_status {
@@ -57,6 +73,14 @@ const char *rp_status_str(rp_status s);
 /* Message of the most recent failing call on this thread (thread-local; empty
  * string when none). Valid until the next failing call on the same thread. */
 const char *rp_last_error(void);
+
+/* RP_VERSION of the library itself (a binding loading libreprise.so checks
+ * it against the headers it was written for). Static text. */
+const char *rp_version(void);
+/* Frees what a function returned malloc'ed to the caller (rp_tokenize's ids,
+ * rendered templates, plan-file JSON, ...) with the library's own free(), for
+ * bindings (Python's ctypes) that cannot call it. NULL is fine. */
+void rp_free(void *p);
 
 /* ---- logging and progress ------------------------------------------------ */
 
@@ -248,7 +272,7 @@ typedef struct rp_context_params {
     uint32_t n_batch;   /* tokens computed together in one pass; 0 = 512 */
     uint32_t n_seq_max; /* independent sequences (server slots); 0 = 1 */
     int n_threads;      /* 0 = number of physical cores */
-    int type_k;         /* KV cache element type: RP_TYPE_F32 or RP_TYPE_F16 */
+    int type_k;         /* KV cache type: F32, F16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL */
     int type_v;
     /* Layer plan. At most one of these may be set (NULL or "" = identity).
      *   repeat_layers: RYS blocks "i,j;k,l" (half-open source ranges run twice)
@@ -270,11 +294,20 @@ typedef struct rp_context_params {
 
 rp_context_params rp_context_default_params(void);
 
+/* Whether type can be a KV cache type (rp_context_params.type_k / type_v):
+ * f32, f16, or llama.cpp's q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl blocks (their
+ * ggml layouts; quantized caches need head widths that are multiples of 32).
+ * rp_kv_type_list: their names, comma-separated (static text). */
+bool rp_kv_type_supported(int type);
+const char *rp_kv_type_list(void);
+
 /* Builds the plan (validated before anything is allocated), the KV/recurrent
  * state and the thread pool. The model must outlive the context. params may
  * be NULL (the defaults). On failure *out is NULL.
- *   RP_ERR_INVALID_ARG  a model loaded vocab_only, a cache type other than
- *                       f32/f16, n_ctx or n_seq_max too large, both plan specs
+ *   RP_ERR_INVALID_ARG  a model loaded vocab_only, a cache type that is not
+ *                       rp_kv_type_supported or a quantized one on heads that
+ *                       are not a multiple of 32 wide, n_ctx or n_seq_max too
+ *                       large, both plan specs
  *   RP_ERR_PLAN         the spec does not fit the model (the message names the
  *                       block or item and why)
  *   RP_ERR_NOMEM        the state and scratch estimated exceed mem_limit (or the
@@ -367,6 +400,30 @@ rp_status rp_decode(rp_context *ctx, const rp_batch *batch);
  * removes it. */
 typedef bool (*rp_abort_fn)(void *user);
 void rp_context_set_abort(rp_context *ctx, rp_abort_fn fn, void *user);
+
+/* Trace hook (like llama.cpp's eval callback): during rp_decode the forward
+ * hands named intermediate tensors to fn, on the decoding thread, in the order
+ * they are computed. Names follow llama.cpp's graph ("inp_embd", "attn_norm",
+ * "Qcur" (after bias, norm and rope), "Kcur", "Vcur", "kqv_out", "attn_out",
+ * "ffn_inp", "ffn_norm", "ffn_gate", "ffn_up", "ffn_act", "ffn_out", "l_out",
+ * "result_norm", "result_output"), without llama.cpp's "-LAYER" suffix:
+ * step and src say where. data and pos are valid during the call only. The
+ * library writes nothing itself; the tools' --dump-tensors / REPRISE_TRACE
+ * write the tensors to files. Architectures whose forward emits no tensors
+ * (today: those not on the dense decoder block) simply never call fn. NULL
+ * removes the hook. */
+typedef struct rp_trace_tensor {
+    const char *name;
+    int step;           /* plan step (-1: before the first step, n_eff: the output) */
+    int src;            /* the model layer the step runs (-1 outside the steps) */
+    int n_rows;         /* rows (tokens) */
+    int width;          /* floats per row */
+    const float *data;  /* [n_rows][width] */
+    const int32_t *pos; /* [n_rows] position of each row */
+    const int32_t *seq; /* [n_rows] sequence of each row */
+} rp_trace_tensor;
+typedef void (*rp_trace_fn)(void *user, const rp_trace_tensor *t);
+void rp_context_set_trace(rp_context *ctx, rp_trace_fn fn, void *user);
 
 /* Logits (n_vocab floats) of batch row i of the last rp_decode; NULL if row i
  * asked for none. The pointer is into the context's buffer, no copy, valid
@@ -669,6 +726,8 @@ const char *rp_grammar_json(void);
  * llama.cpp ignores them. RP_ERR_UNSUPPORTED names what cannot become a
  * grammar (a remote $ref, a regex feature outside the subset) and where. */
 rp_status rp_json_schema_to_grammar(const char *schema_json, char **gbnf);
+
+RP_API_END
 
 #ifdef __cplusplus
 }

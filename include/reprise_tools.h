@@ -44,6 +44,8 @@ extern "C" {
 #define RP_TOOLS_PRINTF(a, b)
 #endif
 
+RP_API_BEGIN
+
 /* ==== Output files ========================================================
  * Every file the library writes goes to a temporary file renamed over the
  * target on success. A symbolic link's target is written; an existing file
@@ -618,6 +620,37 @@ typedef struct rp_scan_block {
 rp_status rp_scan_blocks(int n_layer, int start, int end, int max_extra, rp_scan_block **out,
                          int *n);
 
+/* A plan of disjoint RYS blocks, sorted by i (the --repeat-layers grammar):
+ * what a scan on top of a base plan and a beam search evaluate. */
+#define RP_SCAN_MAX_BLOCKS 16
+#define RP_SCAN_PLAN_LEN   160 /* room for the spec text of any rp_scan_plan */
+
+typedef struct rp_scan_plan {
+    int n; /* blocks; 0 = the identity */
+    rp_scan_block b[RP_SCAN_MAX_BLOCKS];
+} rp_scan_plan;
+
+/* Parses "i,j;k,l" or "i-j;k-l" (any order, disjoint, 0 <= i < j <= n_layer;
+ * NULL or "" is the identity).
+ *   RP_ERR_PLAN  a malformed, empty, overlapping or out-of-range block, named */
+rp_status rp_scan_plan_parse(const char *spec, int n_layer, rp_scan_plan *out);
+/* The canonical spec "i-j;k-l" (blocks by i; "" for the identity): no comma,
+ * so it is a CSV field as it stands and --repeat-layers reads it. */
+void rp_scan_plan_format(const rp_scan_plan *p, char *buf, size_t size);
+int rp_scan_plan_extra(const rp_scan_plan *p); /* extra layers: sum of j - i */
+/* Whether block [i,j) is disjoint from every block of p. */
+bool rp_scan_plan_disjoint(const rp_scan_plan *p, int i, int j);
+/* p with block [i,j) added in its place. RP_ERR_PLAN: overlapping, or more
+ * than RP_SCAN_MAX_BLOCKS blocks. */
+rp_status rp_scan_plan_add(const rp_scan_plan *p, int i, int j, rp_scan_plan *out);
+/* The plan step at which block [i,j) added to p starts to differ from p: its
+ * steps before that are p's (j plus the extra layers of p's blocks before it). */
+int rp_scan_plan_fork(const rp_scan_plan *p, int i, int j);
+/* Keeps the blocks of shard k of n (1 <= k <= n) in place: whole end layers j
+ * (so the prefix reuse holds inside a shard), given to the shards greedily by
+ * their work, largest first. Returns the count kept. */
+int rp_scan_shard(rp_scan_block *blocks, int n_blocks, int n_layer, int k, int n);
+
 #define RP_SCAN_KLD_MEM_MAX ((size_t)256 << 20)
 
 typedef struct rp_scan_params {
@@ -660,6 +693,10 @@ rp_status rp_scan_identity(rp_scan *s, rp_scan_result *r);
  * RP_ERR_PLAN for a block the model refuses, RP_ERR_INVALID_ARG before the
  * identity was evaluated. */
 rp_status rp_scan_block_eval(rp_scan *s, int i, int j, rp_scan_result *r);
+/* Evaluates plan p. fork: the plan step up to which the residual stream is
+ * kept for the next plan (rp_scan_plan_fork: plans that share their first
+ * fork steps run them once; 0: no reuse). Statuses as rp_scan_block_eval. */
+rp_status rp_scan_plan_eval(rp_scan *s, const rp_scan_plan *p, int fork, rp_scan_result *r);
 /* Whether blocks run from the saved prefix (false: reuse off, or an
  * architecture whose forward runs whole plans only). */
 bool rp_scan_reusing(const rp_scan *s);
@@ -677,12 +714,18 @@ void rp_scan_free(rp_scan *s);
  *   i,j,extra,metric,value,delta,seconds
  *   3,5,2,ppl,54.1234,-0.1646,0.412 */
 
-#define RP_SCAN_CSV_MAGIC  "# reprise scan 1"
-#define RP_SCAN_CSV_HEADER "i,j,extra,metric,value,delta,seconds"
+#define RP_SCAN_CSV_MAGIC     "# reprise scan 2"
+#define RP_SCAN_CSV_HEADER    "i,j,extra,metric,value,delta,seconds,plan"
+#define RP_SCAN_CSV_MAGIC_V1  "# reprise scan 1" /* read: rows without the plan column */
+#define RP_SCAN_CSV_HEADER_V1 "i,j,extra,metric,value,delta,seconds"
 
+/* One evaluated plan: i,j the block it added (the heatmap's cell), extra the
+ * whole plan's extra layers, plan its canonical spec (rp_scan_plan_format;
+ * "" in a row given to rp_scan_csv_add: the single block i-j). */
 typedef struct rp_scan_row {
     int i, j, extra;
     double value, delta, seconds;
+    char plan[RP_SCAN_PLAN_LEN];
 } rp_scan_row;
 
 typedef struct rp_scan_csv {
@@ -701,7 +744,8 @@ rp_status rp_scan_csv_set(rp_scan_csv *csv, const char *key, bool check, const c
 const char *rp_scan_csv_get(const rp_scan_csv *csv, const char *key);
 /* RP_ERR_INVALID_ARG: a block that is there already. */
 rp_status rp_scan_csv_add(rp_scan_csv *csv, const rp_scan_row *row);
-const rp_scan_row *rp_scan_csv_find(const rp_scan_csv *csv, int i, int j);
+const rp_scan_row *rp_scan_csv_find(const rp_scan_csv *csv, int i, int j); /* plan "i-j" */
+const rp_scan_row *rp_scan_csv_find_plan(const rp_scan_csv *csv, const char *plan);
 /* Reads a scan CSV (RP_ERR_IO unreadable; RP_ERR_FORMAT a bad line, named by
  * file and line; a block given twice is an error). */
 rp_status rp_scan_csv_read(const char *path, rp_scan_csv *csv);
@@ -738,6 +782,9 @@ typedef struct rp_heatmap {
     const char *note;  /* second line, e.g. the text, window and identity value */
     const char *unit;  /* the legend's caption: "PPL change", "KLD", ... */
     int n_best;        /* best blocks marked with their rank (0: none) */
+    /* the plan the blocks were added to (NULL: none): its blocks' cells are
+     * hatched and labelled "base" */
+    const rp_scan_plan *base;
 } rp_heatmap;
 
 /* Draws the heatmap and writes it as an 8-bit RGB PNG, atomically.
@@ -855,6 +902,17 @@ rp_status rp_spec_seq_reset(rp_spec *s, int seq, const rp_sampler_params *params
  * target (and the draft), remembers them in the samplers' penalty windows.
  *   RP_ERR_INVALID_ARG  a sequence not reset; statuses of rp_decode */
 rp_status rp_spec_seq_feed(rp_spec *s, int seq, const int32_t *tokens, int n);
+/* Constrains seq's sampling (the target's and the draft's) to grammar g, from
+ * its current position on (not owned; NULL removes it; set it after
+ * rp_spec_seq_reset, which removes it). Drafts follow the grammar and it is
+ * rolled back over rejected ones; each generated token advances it.
+ *   RP_ERR_INVALID_ARG  a sequence not reset */
+rp_status rp_spec_seq_set_grammar(rp_spec *s, int seq, rp_grammar *g);
+/* Calls fn on the target's and then the draft's sampler of seq (after
+ * rp_spec_seq_reset): logit biases, DRY's vocabulary. Returns fn's first
+ * failure; RP_ERR_INVALID_ARG for a sequence not reset. */
+rp_status rp_spec_seq_each_sampler(rp_spec *s, int seq, rp_status (*fn)(rp_sampler *, void *),
+                                   void *user);
 /* Keeps the first n tokens of seq (a chat template rewrote history).
  * Statuses of rp_kv_seq_truncate. */
 rp_status rp_spec_seq_truncate(rp_spec *s, int seq, int n);
@@ -1116,6 +1174,8 @@ void rp_bench_matmul_get_info(const rp_bench_matmul *b, rp_bench_matmul_info *ou
  *   RP_ERR_INVALID_ARG  n_tokens or reps out of range */
 rp_status rp_bench_matmul_run(rp_bench_matmul *b, int n_tokens, int reps, double *wall_s,
                               double *cpu_s);
+
+RP_API_END
 
 #ifdef __cplusplus
 }

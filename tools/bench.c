@@ -1,7 +1,9 @@
-/* reprise bench: prompt-processing and generation speed, printed as a table
- * like llama-bench's (mean +- sample standard deviation over repetitions); a
- * memory read-bandwidth probe for the roofline and a matmul microbenchmark
- * (both measured by the library's rp_bench_*). */
+/* reprise bench: prompt-processing and generation speed as llama-bench
+ * measures it (its flags, comma lists included, and its report formats:
+ * bench_out.c), mean +- sample standard deviation over repetitions, a
+ * memory read-bandwidth probe before and after each row; a matmul
+ * microbenchmark (both measured by the library's rp_bench_*). */
+#include "bench.h"
 #include "spec_opts.h"
 #include "tools.h"
 
@@ -12,13 +14,30 @@
 typedef struct bench_opts {
     model_opts mo;
     spec_opts so;
-    int n_prompt, n_gen, reps, bw_mib;
-    bool bw;
+    const char *p_s, *n_s, *t_s, *ctk_s, *ctv_s, *d_s, *fmt_s;
+    str_list pg_s;
+    int reps, bw_mib, probe_mib;
+    bool bw, no_probe;
     const char *kern_type;
     int kern_n, kern_mib;
     const char *gen_prompt;
-    int threads;
+    int threads; /* the first of -t (--bandwidth, --kernels, speculative rows) */
+    /* the lists: every combination of -t, -ctk, -ctv, -d runs every test of
+     * -p, -n and -pg (llama-bench's order) */
+    int p[BENCH_LIST_MAX], n[BENCH_LIST_MAX], t[BENCH_LIST_MAX], tk[BENCH_LIST_MAX],
+        tv[BENCH_LIST_MAX], d[BENCH_LIST_MAX], pg[BENCH_LIST_MAX][2];
+    int n_p, n_n, n_t, n_tk, n_tv, n_d, n_pg;
+    int n_prompt, n_gen; /* the first of -p and -n (speculative rows) */
+    bench_fmt fmt;
 } bench_opts;
+
+static int imax(int a, int b) {
+    return a > b ? a : b;
+}
+
+static int imin(int a, int b) {
+    return a < b ? a : b;
+}
 
 /* ---- matmul microbenchmark ------------------------------------------------ */
 
@@ -83,31 +102,40 @@ static stat stats(const double *v, int n) {
     return s;
 }
 
-/* n_tok tokens of one prompt (logits for the last) from an empty cache; s */
-static bool run_pp(rp_context *ctx, const int32_t *toks, int n_tok, double *secs) {
+/* The cache of sequence 0 holding the first `depth` tokens of toks and
+ * nothing more: cut back to them when they are already there (*held ==
+ * depth), else prefilled from an empty cache (untimed, llama-bench's -d). */
+static bool at_depth(rp_context *ctx, const int32_t *toks, int depth, int *held) {
+    if (depth > 0 && *held == depth && rp_kv_seq_rm(ctx, 0, depth, -1) == RP_OK) return true;
     rp_kv_clear(ctx);
-    rp_batch b = {.n_tokens = n_tok, .token = toks};
-    const double t0 = now_s();
+    *held = 0;
+    if (depth == 0) return true;
+    rp_batch b = {.n_tokens = depth, .token = toks};
     rp_status s = rp_decode(ctx, &b);
+    if (s) return tool_fail("bench", s), false;
+    *held = depth;
+    return true;
+}
+
+/* One timed run: np prompt tokens in one batch (logits for the last), then
+ * ng tokens one at a time, after the cache holds depth tokens; s */
+static bool run_test(rp_context *ctx, const int32_t *toks, int depth, int np, int ng, int *held,
+                     double *secs) {
+    if (!at_depth(ctx, toks, depth, held)) return false;
+    const int32_t *t = toks + depth;
+    const double t0 = now_s();
+    rp_status s = RP_OK;
+    if (np > 0) {
+        rp_batch b = {.n_tokens = np, .token = t};
+        s = rp_decode(ctx, &b);
+    }
+    for (int i = 0; i < ng && !s; i++) {
+        rp_batch b = {.n_tokens = 1, .token = &t[np + i]};
+        s = rp_decode(ctx, &b);
+    }
     *secs = now_s() - t0;
     if (s) tool_fail("bench", s);
     return s == RP_OK;
-}
-
-/* n_gen tokens one at a time from an empty cache; s */
-static bool run_tg(rp_context *ctx, const int32_t *toks, int n_gen, double *secs) {
-    rp_kv_clear(ctx);
-    const double t0 = now_s();
-    for (int i = 0; i < n_gen; i++) {
-        rp_batch b = {.n_tokens = 1, .token = &toks[i]};
-        rp_status s = rp_decode(ctx, &b);
-        if (s) {
-            tool_fail("bench", s);
-            return false;
-        }
-    }
-    *secs = now_s() - t0;
-    return true;
 }
 
 /* Greedy generation of n tokens after a prompt, plain: one token sampled
@@ -186,24 +214,6 @@ static void print_row(const bench_row *r, const char *test, stat s) {
     fflush(stdout);
 }
 
-/* ppN or tgN: `reps` runs of n tokens, tokens per second. */
-static bool bench_speed(rp_context *ctx, const bench_row *row, const int32_t *toks, int n, int reps,
-                        bool prompt) {
-    double *tps = malloc((size_t)reps * sizeof *tps);
-    if (!tps) return false;
-    bool ok = true;
-    for (int r = 0; r < reps && ok; r++) {
-        double secs;
-        ok = prompt ? run_pp(ctx, toks, n, &secs) : run_tg(ctx, toks, n, &secs);
-        tps[r] = n / secs;
-    }
-    char test[32];
-    snprintf(test, sizeof test, "%s%d", prompt ? "pp" : "tg", n);
-    if (ok) print_row(row, test, stats(tps, reps));
-    free(tps);
-    return ok;
-}
-
 /* genN and genN+spec: greedy generation plain and speculative, alternating,
  * the acceptance and the speed-up, and a check that both give the same tokens. */
 static bool bench_spec(const char *cmd, const bench_opts *o, rp_context *ctx,
@@ -272,44 +282,162 @@ static bool bench_spec(const char *cmd, const bench_opts *o, rp_context *ctx,
     return ok;
 }
 
-/* The table for a model: warm-up, ppN, tgN, and the speculative rows. */
-static int bench_model(const char *cmd, bench_opts *o) {
-    if (!o->mo.n_ctx) o->mo.n_ctx = (uint32_t)(o->n_prompt > o->n_gen ? o->n_prompt : o->n_gen) + 1;
-    if (!o->mo.n_batch && o->n_prompt > 0) o->mo.n_batch = (uint32_t)o->n_prompt;
-    const bool use_spec = spec_opts_active(&o->so);
-    /* generation after a prompt of up to 512 tokens; verification batches of draft-max + 1 */
-    if (use_spec && o->mo.n_ctx < (uint32_t)o->n_gen + 513) o->mo.n_ctx = (uint32_t)o->n_gen + 513;
-    if (use_spec && o->mo.n_batch && o->mo.n_batch < RP_SPEC_DRAFT_MAX + 1)
-        o->mo.n_batch = RP_SPEC_DRAFT_MAX + 1;
-    rp_model *model;
+/* The longest test with its depth (the context's size), the largest batch. */
+static void bench_sizes(const bench_opts *o, int *n_ctx, int *n_batch) {
+    int len = 0, batch = 0, depth = 0;
+    for (int i = 0; i < o->n_p; i++) len = imax(len, o->p[i]), batch = imax(batch, o->p[i]);
+    for (int i = 0; i < o->n_n; i++) len = imax(len, o->n[i]);
+    for (int i = 0; i < o->n_pg; i++)
+        len = imax(len, o->pg[i][0] + o->pg[i][1]), batch = imax(batch, o->pg[i][0]);
+    for (int i = 0; i < o->n_d; i++) depth = imax(depth, o->d[i]);
+    *n_ctx = depth + len + 1;
+    *n_batch = batch > 0 ? batch : 512;
+}
+
+static double probe(const bench_opts *o, int threads) {
+    double g = 0;
+    if (!o->no_probe && rp_bench_bandwidth(threads, (size_t)o->probe_mib, &g)) g = 0;
+    return g;
+}
+
+typedef struct bench_ctx {
+    const bench_opts *o;
     rp_context *ctx;
-    int code;
-    if (!tool_load(cmd, &o->mo, 1, &model, &ctx, &code)) return code;
+    const int32_t *toks;
+    int held; /* positions of toks the cache holds (at_depth) */
+    bench_result r;
+    double *ts;
+    bench_out *out;
+} bench_ctx;
+
+/* One row: -r runs of (np, ng) at depth, bandwidth probed around them. */
+static bool bench_row_run(bench_ctx *b, int depth, int np, int ng) {
+    b->r.n_prompt = np;
+    b->r.n_gen = ng;
+    b->r.n_depth = depth;
+    b->r.bw_before = probe(b->o, b->r.threads);
+    for (int i = 0; i < b->o->reps; i++) {
+        double secs;
+        if (!run_test(b->ctx, b->toks, depth, np, ng, &b->held, &secs)) return false;
+        b->ts[i] = (np + ng) / secs;
+    }
+    b->r.bw_after = probe(b->o, b->r.threads);
+    bench_out_row(b->out, &b->r);
+    return true;
+}
+
+/* Every test of one context (threads, cache types) at every depth. */
+static bool bench_instance(bench_ctx *b) {
+    const bench_opts *o = b->o;
+    double w;
+    b->held = 0;
+    /* warm-up: a short prompt and one generated token */
+    const int wp = o->n_p && o->p[0] > 0 ? imin(o->p[0], 16) : 1;
+    bool ok = run_test(b->ctx, b->toks, 0, wp, 1, &b->held, &w);
+    for (int di = 0; ok && di < o->n_d; di++) {
+        const int d = o->d[di];
+        for (int i = 0; ok && i < o->n_p; i++)
+            if (o->p[i] > 0) ok = bench_row_run(b, d, o->p[i], 0);
+        for (int i = 0; ok && i < o->n_n; i++)
+            if (o->n[i] > 0) ok = bench_row_run(b, d, 0, o->n[i]);
+        for (int i = 0; ok && i < o->n_pg; i++) ok = bench_row_run(b, d, o->pg[i][0], o->pg[i][1]);
+    }
+    return ok;
+}
+
+static const char *plan_name(const model_opts *mo, char *buf, size_t size) {
+    if (mo->plan_file)
+        snprintf(buf, size, "file %s", mo->plan_file);
+    else if (mo->repeat_layers && *mo->repeat_layers)
+        snprintf(buf, size, "repeat %s", mo->repeat_layers);
+    else if (mo->layer_map && *mo->layer_map)
+        snprintf(buf, size, "map %s", mo->layer_map);
+    else
+        snprintf(buf, size, "identity");
+    return buf;
+}
+
+/* random tokens of the vocabulary, the same every run (splitmix64) */
+static int32_t *bench_tokens(const rp_model *model, const rp_context *ctx, int n) {
     const int nv = rp_vocab_n_tokens(rp_model_vocab(model)) > 0
                        ? rp_vocab_n_tokens(rp_model_vocab(model))
                        : rp_n_vocab(ctx);
-    const int nt = o->n_prompt > o->n_gen ? o->n_prompt : o->n_gen;
-    int32_t *toks = malloc((size_t)(nt > 0 ? nt : 1) * sizeof *toks);
-    bool ok = toks != NULL;
-    if (!ok) tool_fail(cmd, RP_ERR_NOMEM);
-    uint64_t rng = 1234; /* splitmix64: the same random tokens every run */
-    for (int i = 0; ok && i < nt; i++) {
+    int32_t *toks = malloc((size_t)(n > 0 ? n : 1) * sizeof *toks);
+    uint64_t rng = 1234;
+    for (int i = 0; toks && i < n; i++) {
         uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
         z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
         z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
         toks[i] = (int32_t)((z ^ (z >> 31)) % (uint64_t)nv);
     }
-    bench_row row;
-    row_init(&row, model, ctx);
-    if (ok) print_header();
-    /* warm-up: a short prompt and one generated token */
-    double w;
-    ok = ok && run_pp(ctx, toks, o->n_prompt > 0 ? (o->n_prompt < 16 ? o->n_prompt : 16) : 1, &w) &&
-         run_tg(ctx, toks, 1, &w);
-    if (ok && o->n_prompt > 0) ok = bench_speed(ctx, &row, toks, o->n_prompt, o->reps, true);
-    if (ok && o->n_gen > 0) ok = bench_speed(ctx, &row, toks, o->n_gen, o->reps, false);
-    if (ok && use_spec) ok = bench_spec(cmd, o, ctx, &row);
-    free(toks);
+    return toks;
+}
+
+/* The table for a model: every instance's rows, then the speculative ones. */
+static int bench_model(const char *cmd, bench_opts *o) {
+    int n_ctx, n_batch;
+    bench_sizes(o, &n_ctx, &n_batch);
+    const bool use_spec = spec_opts_active(&o->so);
+    if (use_spec) n_ctx = imax(n_ctx, o->n_gen + 513);
+    if (!o->mo.n_ctx) o->mo.n_ctx = (uint32_t)n_ctx;
+    if (!o->mo.n_batch) o->mo.n_batch = (uint32_t)n_batch;
+    if (use_spec && o->mo.n_batch < RP_SPEC_DRAFT_MAX + 1) o->mo.n_batch = RP_SPEC_DRAFT_MAX + 1;
+    o->mo.n_threads = o->t[0];
+    o->mo.type_k = o->tk[0];
+    o->mo.type_v = o->tv[0];
+    rp_model *model;
+    rp_context *ctx;
+    int code;
+    if (!tool_load(cmd, &o->mo, 1, &model, &ctx, &code)) return code;
+    char plan[160];
+    bench_out out = {.fmt = o->fmt};
+    bench_ctx b = {.o = o, .out = &out};
+    b.ts = malloc((size_t)o->reps * sizeof *b.ts);
+    b.toks = bench_tokens(model, ctx, n_ctx);
+    bool ok = b.ts && b.toks;
+    if (!ok) tool_fail(cmd, RP_ERR_NOMEM);
+    char label[96];
+    bool mixed = false;
+    const int wtype = rp_model_weight_type(model, &mixed);
+    snprintf(label, sizeof label, "%s %.2fM %s%s", rp_model_arch(model),
+             (double)rp_model_n_params(model) / 1e6, rp_type_name(wtype >= 0 ? wtype : RP_TYPE_F32),
+             mixed ? "+" : "");
+    b.r = (bench_result){.model_file = o->mo.model,
+                         .model_label = label,
+                         .mib = (double)rp_model_weight_bytes(model) / 1048576.0,
+                         .mparams = (double)rp_model_n_params(model) / 1e6,
+                         .plan = plan_name(&o->mo, plan, sizeof plan),
+                         .n_eff = rp_context_n_eff(ctx),
+                         .n_batch = (int)o->mo.n_batch,
+                         .reps = o->reps,
+                         .ts = b.ts};
+    if (ok) bench_out_begin(&out);
+    for (int ti = 0; ok && ti < o->n_t; ti++)
+        for (int ki = 0; ok && ki < o->n_tk; ki++)
+            for (int vi = 0; ok && vi < o->n_tv; vi++) {
+                if (ti || ki || vi) { /* the first context is tool_load's */
+                    rp_context_free(ctx);
+                    o->mo.n_threads = o->t[ti];
+                    o->mo.type_k = o->tk[ki];
+                    o->mo.type_v = o->tv[vi];
+                    ok = (ctx = tool_context_new(cmd, &o->mo, model, 1)) != NULL;
+                    if (!ok) break;
+                }
+                b.ctx = ctx;
+                b.r.threads = rp_context_n_threads(ctx);
+                b.r.type_k = o->tk[ki];
+                b.r.type_v = o->tv[vi];
+                ok = bench_instance(&b);
+            }
+    if (ok) bench_out_end(&out);
+    if (ok && use_spec) {
+        bench_row row;
+        row_init(&row, model, ctx);
+        print_header();
+        ok = bench_spec(cmd, o, ctx, &row);
+    }
+    free(b.ts);
+    free((void *)b.toks);
     rp_context_free(ctx);
     rp_model_free(model);
     return ok ? 0 : 1;
@@ -317,11 +445,25 @@ static int bench_model(const char *cmd, bench_opts *o) {
 
 static int bench_parse(const char *cmd, bench_opts *o, int argc, char **argv) {
     const arg_opt opts[] = {
-        {"-p|--n-prompt", ARG_INT, &o->n_prompt, "N",
-         "prompt tokens of the pp test (0 = skip; default 512)"},
-        {"-n|--n-gen", ARG_INT, &o->n_gen, "N",
-         "generated tokens of the tg test (0 = skip; default 128)"},
+        {"-p|--n-prompt", ARG_STR, &o->p_s, "N,..",
+         "prompt tokens of the pp tests (0 = none; default 512)"},
+        {"-n|--n-gen", ARG_STR, &o->n_s, "N,..",
+         "generated tokens of the tg tests (0 = none; default 128)"},
+        {"-pg", ARG_STRS, &o->pg_s, "PP,TG",
+         "a pp+tg test: PP prompt tokens then TG generated, timed together (repeatable)"},
+        {"-d|--n-depth", ARG_STR, &o->d_s, "N,..",
+         "tokens in the cache before each test (prefilled untimed; default 0)"},
+        {"-t|--threads", ARG_STR, &o->t_s, "N,..", "threads (default: physical cores)"},
+        {"-ctk|--cache-type-k", ARG_STR, &o->ctk_s, "TYPE,..",
+         "KV cache types for K: f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl (default f16)"},
+        {"-ctv|--cache-type-v", ARG_STR, &o->ctv_s, "TYPE,..",
+         "KV cache types for V (default f16)"},
         {"-r|--repetitions", ARG_INT, &o->reps, "N", "repetitions of each test (default 5)"},
+        {"-o|--output", ARG_STR, &o->fmt_s, "FMT", "md (default), csv or json"},
+        {"--no-probe", ARG_FLAG, &o->no_probe, NULL,
+         "no bandwidth probe before and after each row"},
+        {"--probe-mib", ARG_INT, &o->probe_mib, "N",
+         "buffer of the per-row bandwidth probe (default 1024)"},
         {"--bandwidth", ARG_FLAG, &o->bw, NULL,
          "measure memory read bandwidth with -t threads (no model needed)"},
         {"--bandwidth-mib", ARG_INT, &o->bw_mib, "N",
@@ -337,46 +479,84 @@ static int bench_parse(const char *cmd, bench_opts *o, int argc, char **argv) {
          "a time')"},
         {0},
     };
-    const arg_opt *tables[] = {opts, model_opts_table(&o->mo, MO_ALL), spec_opts_table(&o->so),
-                               NULL};
+    const arg_opt *tables[] = {opts, model_opts_table(&o->mo, MO_ALL | MO_LISTS),
+                               spec_opts_table(&o->so), NULL};
     const char *const epilog[] = {g_plan_help, g_spec_help, NULL};
     const arg_spec spec = {
         .cmd = cmd,
-        .usage = "reprise bench -m MODEL [-p 512] [-n 128] [-t N] [-r 5] [--repeat-layers SPEC]",
+        .usage = "reprise bench -m MODEL [-p 512] [-n 128] [-pg PP,TG] [-d 0] [-t N,..] "
+                 "[-ctk f16,..] [-r 5] [-o md|csv|json]",
         .description =
-            "Measures prompt processing (ppN: N tokens in one batch from an empty cache) and "
-            "generation\n(tgN: N tokens one at a time from an empty cache) and prints tokens per "
-            "second, mean and\nstandard deviation over the repetitions, after one warm-up run. "
-            "--bandwidth prints the\nmemory read bandwidth (GB/s), the roofline of generation. "
-            "With "
-            "speculative decoding\n(--spec, --draft-plan, --spec-mtp) it also times greedy "
-            "generation of N tokens after\n--gen-prompt, plain (genN) and speculative (genN+spec), "
-            "checks that both give the same\ntokens, and prints the acceptance rate and the "
-            "speed-up.",
+            "Measures prompt processing (ppN: N tokens in one batch) and generation (tgN: N "
+            "tokens one\nat a time), as llama-bench does: every combination of the lists of -t, "
+            "-ctk, -ctv and -d\nruns every test of -p, -n and -pg, each after a cache of -d "
+            "tokens (\"pp512 @ d4096\"),\nreporting tokens per second, mean and standard "
+            "deviation over the repetitions, after one\nwarm-up run, with the memory read "
+            "bandwidth (GB/s, the roofline of generation) probed\nbefore and after each row. "
+            "--bandwidth prints the bandwidth alone. With speculative\ndecoding (--spec, "
+            "--draft-plan, --spec-mtp) it also times greedy generation of N tokens\nafter "
+            "--gen-prompt, plain (genN) and speculative (genN+spec), checks that both give the "
+            "same\ntokens, and prints the acceptance rate and the speed-up.",
         .tables = tables,
         .epilog = epilog};
     return args_parse_cmd(&spec, argc, argv);
 }
 
+/* -pg PP,TG (each given once per test) */
+static bool parse_pg(const char *cmd, bench_opts *o) {
+    o->n_pg = 0;
+    for (int i = 0; i < o->pg_s.n; i++) {
+        int v[BENCH_LIST_MAX], n;
+        if (!bench_parse_ints(cmd, "-pg", o->pg_s.v[i], 1, 1 << 20, v, &n)) return false;
+        if (n != 2 || o->n_pg >= BENCH_LIST_MAX) {
+            tool_error(cmd, "-pg: '%s' is not PP,TG (two positive counts)", o->pg_s.v[i]);
+            return false;
+        }
+        o->pg[o->n_pg][0] = v[0];
+        o->pg[o->n_pg][1] = v[1];
+        o->n_pg++;
+    }
+    return true;
+}
+
+static bool parse_lists(const char *cmd, bench_opts *o) {
+    char def_t[16];
+    snprintf(def_t, sizeof def_t, "%d", rp_default_threads());
+    if (!bench_parse_ints(cmd, "-p", o->p_s ? o->p_s : "512", 0, 1 << 20, o->p, &o->n_p) ||
+        !bench_parse_ints(cmd, "-n", o->n_s ? o->n_s : "128", 0, 1 << 20, o->n, &o->n_n) ||
+        !bench_parse_ints(cmd, "-d", o->d_s ? o->d_s : "0", 0, 1 << 24, o->d, &o->n_d) ||
+        !bench_parse_ints(cmd, "-t", o->t_s ? o->t_s : def_t, 1, 512, o->t, &o->n_t) ||
+        !bench_parse_types(cmd, "-ctk", o->ctk_s ? o->ctk_s : "f16", o->tk, &o->n_tk) ||
+        !bench_parse_types(cmd, "-ctv", o->ctv_s ? o->ctv_s : "f16", o->tv, &o->n_tv) ||
+        !parse_pg(cmd, o))
+        return false;
+    if (!bench_fmt_parse(o->fmt_s ? o->fmt_s : "md", &o->fmt)) {
+        tool_error(cmd, "-o: '%s' is not md, csv or json", o->fmt_s);
+        return false;
+    }
+    o->threads = o->t[0];
+    o->n_prompt = o->p[0];
+    o->n_gen = o->n[0];
+    return true;
+}
+
 static bool bench_check(const char *cmd, bench_opts *o) {
-    if (!spec_opts_check(cmd, &o->so, &o->mo)) return false;
+    if (!parse_lists(cmd, o) || !spec_opts_check(cmd, &o->so, &o->mo)) return false;
     if (spec_opts_active(&o->so) && o->n_gen < 1) {
         tool_error(cmd, "speculative decoding is measured on generation: give -n N >= 1");
         return false;
     }
-    if (o->n_prompt < 0 || o->n_gen < 0 || o->reps < 1 || o->reps > 1000 || o->bw_mib < 0) {
-        tool_error(cmd, "-p and -n must be >= 0, -r in 1..1000");
+    if (o->reps < 1 || o->reps > 1000 || o->bw_mib < 0 || o->probe_mib < 1) {
+        tool_error(cmd, "-r must be in 1..1000, --bandwidth-mib >= 0, --probe-mib >= 1");
         return false;
     }
-    o->threads = o->mo.n_threads > 0 ? o->mo.n_threads : rp_default_threads();
     return true;
 }
 
 int cmd_bench(int argc, char **argv) {
     const char *cmd = "bench";
-    bench_opts o = {.n_prompt = 512,
-                    .n_gen = 128,
-                    .reps = 5,
+    bench_opts o = {.reps = 5,
+                    .probe_mib = 1024,
                     .kern_n = 2048,
                     .kern_mib = 128,
                     .gen_prompt = "Once upon a time"};
@@ -403,7 +583,10 @@ int cmd_bench(int argc, char **argv) {
         tool_error(cmd, "no model given (-m FILE)");
         return 2;
     }
-    if (!o.n_prompt && !o.n_gen) {
+    bool any = o.n_pg > 0;
+    for (int i = 0; i < o.n_p; i++) any |= o.p[i] > 0;
+    for (int i = 0; i < o.n_n; i++) any |= o.n[i] > 0;
+    if (!any) {
         tool_error(cmd, "nothing to measure (-p 0 and -n 0)");
         return 2;
     }

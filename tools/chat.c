@@ -11,11 +11,14 @@
  * template rewrites history (Qwen3 drops the reasoning of earlier answers),
  * the cache is cut back to the first token that differs and decoding resumes
  * from there, so the model always sees exactly what the template says. */
+#include "chat_tmpl.h"
+#include "grammar_opts.h"
 #include "spec_opts.h"
 #include "tools.h"
 
 #include <editline/readline.h>
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,7 +69,10 @@ typedef struct chat_state {
     rp_context *ctx;
     const rp_vocab *vocab;
     rp_sampler *smp;
-    rp_chat_opts copts;
+    chat_tmpl *tmpl;
+    int enable_thinking;
+    rp_grammar *g; /* constrains every answer (each starts it over), or NULL */
+    const sampling_opts *so;
     msg_list hist;
     /* what the KV cache holds: its text (rendered prompt pieces and answers)
      * and its tokens (int32_t ids in toks_buf; toks and n_toks view them) */
@@ -100,11 +106,24 @@ static bool toks_append(chat_state *s, const int32_t *t, size_t n) {
     return toks_set(s, s->n_toks, t, n);
 }
 
+static rp_status apply_sampling(rp_sampler *smp, void *user) {
+    const chat_state *s = user;
+    return sampling_opts_apply(s->so, smp, s->vocab);
+}
+
+/* (Re)starts the spec's sequence with the sampling options and the grammar. */
+static rp_status spec_start(chat_state *s) {
+    rp_status st = rp_spec_seq_reset(s->spec, 0, &s->sp);
+    if (!st) st = rp_spec_seq_set_grammar(s->spec, 0, s->g);
+    if (!st) st = rp_spec_seq_each_sampler(s->spec, 0, apply_sampling, s);
+    return st;
+}
+
 static void reset(chat_state *s, bool keep_system) {
     size_t keep = keep_system && s->hist.n && !strcmp(s->hist.v[0].role, "system") ? 1 : 0;
     while (s->hist.n > keep) msg_pop(&s->hist);
     rp_kv_clear(s->ctx);
-    rp_status st = s->spec ? rp_spec_seq_reset(s->spec, 0, &s->sp) : RP_OK;
+    rp_status st = s->spec ? spec_start(s) : RP_OK;
     if (st) tool_fail(s->cmd, st);
     rp_sampler_reset(s->smp);
     s->fed.len = 0;
@@ -236,7 +255,7 @@ static bool answer_spec(chat_state *s, tbuf *text, int *n_gen, const char **why)
         rp_status st = rp_spec_step(s->spec, 0, max_new, out, &k);
         if (st) return tool_fail(s->cmd, st), false;
         for (int i = 0; i < k; i++) {
-            bool eog = rp_vocab_is_eog(s->vocab, out[i]);
+            const bool eog = rp_vocab_is_eog(s->vocab, out[i]);
             int n = rp_token_to_piece(s->vocab, out[i], eog, piece, sizeof piece);
             if (n > (int)sizeof piece - 1) n = (int)sizeof piece - 1;
             if (!toks_append(s, &out[i], 1) || !fed_append(s, piece, (size_t)n))
@@ -255,6 +274,7 @@ static bool answer_spec(chat_state *s, tbuf *text, int *n_gen, const char **why)
 /* Samples an answer, streaming it to stdout; its tokens (and the
  * end-of-turn token that closes it) join the cache. */
 static bool answer(chat_state *s, tbuf *text, int *n_gen, const char **why) {
+    if (s->g) rp_grammar_reset(s->g); /* each answer matches the grammar from its start */
     if (s->spec) return answer_spec(s, text, n_gen, why);
     char piece[512];
     *n_gen = 0;
@@ -263,7 +283,12 @@ static bool answer(chat_state *s, tbuf *text, int *n_gen, const char **why) {
     for (;;) {
         if (answer_stops(s, *n_gen, n_ctx, why)) break;
         int32_t tok = rp_sampler_sample(s->smp, rp_get_logits(s->ctx, s->last_row));
+        if (tok < 0)
+            return tool_error(s->cmd, "the grammar allows no token after %d tokens", *n_gen), false;
         bool eog = rp_vocab_is_eog(s->vocab, tok);
+        /* the grammar advances here; decode_from puts the token in the penalty window */
+        rp_status st = eog || !s->g ? RP_OK : rp_grammar_accept(s->g, tok);
+        if (st) return tool_fail(s->cmd, st), false;
         int k = rp_token_to_piece(s->vocab, tok, eog, piece, sizeof piece);
         if (k > (int)sizeof piece - 1) k = (int)sizeof piece - 1;
         /* the cache's text follows the tokens, the end-of-turn token included */
@@ -282,9 +307,9 @@ static bool answer(chat_state *s, tbuf *text, int *n_gen, const char **why) {
 /* One user turn: render, feed, answer. */
 static bool turn(chat_state *s, const char *line, size_t len, int index) {
     if (!msg_push(&s->hist, "user", line, len)) return tool_fail(s->cmd, RP_ERR_NOMEM), false;
-    s->copts.add_assistant = true;
     char *full = NULL;
-    rp_status st = rp_chat_apply_opts(s->model, &s->copts, s->hist.v, s->hist.n, &full);
+    rp_status st =
+        chat_tmpl_render(s->tmpl, s->model, s->hist.v, s->hist.n, true, s->enable_thinking, &full);
     if (st) {
         msg_pop(&s->hist);
         return tool_fail(s->cmd, st), false;
@@ -340,7 +365,9 @@ typedef struct chat_opts {
     model_opts mo;
     sampling_opts so;
     spec_opts spec;
-    const char *system, *tmpl_name;
+    grammar_opts go;
+    tmpl_opts to;
+    const char *system, *prompt, *file;
     int n_predict;
     bool no_think, stats;
 } chat_opts;
@@ -351,9 +378,9 @@ static int chat_parse(const char *cmd, chat_opts *o, int argc, char **argv) {
     spec_opts_init(&o->spec);
     o->n_predict = -1;
     const arg_opt opts[] = {
-        {"--system", ARG_STR, &o->system, "TEXT", "system message"},
-        {"--chat-template", ARG_STR, &o->tmpl_name, "NAME",
-         "template family instead of the model's own (see below)"},
+        {"-sys|--system", ARG_STR, &o->system, "TEXT", "system message"},
+        {"-p|--prompt", ARG_STR, &o->prompt, "TEXT", "the first user turn"},
+        {"-f|--file", ARG_STR, &o->file, "FILE", "the first user turn from a file"},
         {"--no-think", ARG_FLAG, &o->no_think, NULL,
          "Qwen3: answer without reasoning (enable_thinking = false)"},
         {"-n|--n-predict", ARG_INT, &o->n_predict, "N",
@@ -366,55 +393,159 @@ static int chat_parse(const char *cmd, chat_opts *o, int argc, char **argv) {
         {0},
     };
     const arg_opt *tables[] = {opts,
+                               tmpl_opts_table(&o->to),
                                sampling_opts_table(&o->so),
+                               grammar_opts_table(&o->go),
                                report_opts,
                                model_opts_table(&o->mo, MO_ALL),
                                spec_opts_table(&o->spec),
                                NULL};
     char templates[512];
-    snprintf(templates, sizeof templates, "chat templates: %s", rp_chat_names());
+    snprintf(templates, sizeof templates, "chat templates (built-in families): %s",
+             rp_chat_names());
     const char *const epilog[] = {templates, g_plan_help, g_spec_help, NULL};
     const arg_spec spec = {
         .cmd = cmd,
-        .usage = "reprise chat -m MODEL [--system TEXT] [options]",
-        .description = "A conversation through the model's chat template. On a terminal: line "
-                       "editing, the answer\nstreamed, Ctrl-C stops the answer, /reset starts "
-                       "over, /quit or Ctrl-D leaves. With stdin\nnot a terminal: one user turn "
-                       "per line, one answer per turn on stdout.",
+        .usage = "reprise chat -m MODEL [-sys TEXT] [-p TEXT] [options]",
+        .description =
+            "A conversation through the model's chat template. On a terminal: line editing, the "
+            "answer\nstreamed, Ctrl-C stops the answer, /help lists the commands (/reset, /quit), "
+            "Ctrl-D\nleaves. A line ending in '\\' continues on the next line; a paste of several "
+            "lines is\none turn. With stdin not a terminal: one user turn per line (or per "
+            "'\\'-joined lines),\none answer per turn on stdout.",
         .tables = tables,
         .epilog = epilog};
     int rc = args_parse_cmd(&spec, argc, argv);
     if (rc != ARGS_OK) return rc;
-    return spec_opts_check(cmd, &o->spec, &o->mo) && sampling_opts_check(cmd, &o->so) ? ARGS_OK : 2;
+    if (o->prompt && o->file) {
+        tool_error(cmd, "give one of -p and -f");
+        return 2;
+    }
+    return spec_opts_check(cmd, &o->spec, &o->mo) && sampling_opts_check(cmd, &o->so) &&
+                   grammar_opts_check(cmd, &o->go)
+               ? ARGS_OK
+               : 2;
 }
 
-/* The sampler, the speculative draft, the system message, and a template
- * that renders (refused before the first question). */
-static bool chat_open(chat_state *s, const chat_opts *o) {
+/* The sampler, the grammar, the speculative draft and the system message
+ * (the template was checked before the weights loaded). */
+static bool chat_open(chat_state *s, chat_opts *o) {
     s->smp = rp_sampler_new(&o->so.sp, rp_n_vocab(s->ctx));
     if (!s->smp) return tool_fail(s->cmd, RP_ERR_NOMEM), false;
+    rp_status st = sampling_opts_apply(&o->so, s->smp, s->vocab);
+    if (st) return tool_fail(s->cmd, st), false;
+    if (!grammar_opts_bind(s->cmd, &o->go, s->model)) return false;
+    s->g = o->go.g;
+    rp_sampler_set_grammar(s->smp, s->g);
     s->sp = o->so.sp;
     if (spec_opts_active(&o->spec)) {
         s->spec = spec_open(s->cmd, &o->spec, s->ctx, NULL);
-        rp_status st = s->spec ? rp_spec_seq_reset(s->spec, 0, &s->sp) : RP_OK;
+        st = s->spec ? spec_start(s) : RP_OK;
         if (st) tool_fail(s->cmd, st);
         if (!s->spec || st) return false;
     }
     if (o->system && !msg_push(&s->hist, "system", o->system, strlen(o->system))) return false;
-    rp_chat_msg probe[2] = {{"system", o->system ? o->system : ""}, {"user", "hi"}};
-    char *t = NULL;
-    s->copts.add_assistant = true;
-    rp_status st = rp_chat_apply_opts(s->model, &s->copts, o->system ? probe : probe + 1,
-                                      o->system ? 2 : 1, &t);
-    free(t);
-    if (st) return tool_fail(s->cmd, st), false;
     return true;
 }
 
-/* The conversation: one turn per line until /quit, Ctrl-D or the end of
- * stdin. false when a turn failed with stdin not a terminal (a script gets a
- * failing exit status). */
-static bool chat_loop(chat_state *s) {
+static const char g_chat_help[] =
+    "commands:\n"
+    "  /help          this list\n"
+    "  /reset         start the conversation over (the system message stays)\n"
+    "  /quit, /exit   leave (so does Ctrl-D)\n"
+    "input: a line ending in '\\' continues on the next line; a pasted block is one turn;\n"
+    "a line starting with '//' sends the text after the first '/'. Ctrl-C stops an answer.\n";
+
+/* Drops the bracketed-paste markers from l (in place); sets *open when a
+ * paste starts without ending on this line. */
+static size_t strip_paste_marks(char *l, size_t len, bool *open) {
+    static const char beg[] = "\033[200~", end[] = "\033[201~";
+    for (char *p; (p = strstr(l, beg));) {
+        *open = true;
+        memmove(p, p + 6, strlen(p + 6) + 1);
+    }
+    for (char *p; (p = strstr(l, end));) {
+        *open = false;
+        memmove(p, p + 6, strlen(p + 6) + 1);
+    }
+    (void)len;
+    return strlen(l);
+}
+
+/* Whether more input is waiting on a terminal right now (the rest of a paste). */
+static bool input_pending(void) {
+    struct pollfd pf = {.fd = 0, .events = POLLIN};
+    return poll(&pf, 1, 15) > 0 && (pf.revents & POLLIN);
+}
+
+/* One physical line (without its newline) into *l; false at the end of input. */
+static bool read_line(bool tty, const char *prompt, tbuf *l) {
+    static char *line = NULL;
+    static size_t cap = 0;
+    if (!l) { /* release the buffer */
+        free(line);
+        line = NULL;
+        return false;
+    }
+    l->len = 0;
+    if (tty) {
+        g_interrupt = 0;
+        char *r = readline(prompt);
+        if (!r) return false;
+        bool ok = tbuf_add(l, r, strlen(r));
+        free(r);
+        return ok;
+    }
+    ssize_t n = getline(&line, &cap, stdin);
+    if (n < 0) return false;
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) n--;
+    return tbuf_add(l, line, (size_t)n);
+}
+
+/* One user turn's text: lines joined while they end in '\' (the '\' becomes
+ * a newline), while a bracketed paste is open, or (on a terminal) while more
+ * pasted input is waiting. false at the end of input with nothing read. */
+static bool read_turn(bool tty, tbuf *turn) {
+    tbuf l = {0};
+    bool any = false, paste = false;
+    turn->len = 0;
+    if (turn->data) turn->data[0] = 0;
+    for (;;) {
+        if (!read_line(tty, any ? "... " : "> ", &l)) break;
+        any = true;
+        l.len = l.data ? strip_paste_marks(l.data, l.len, &paste) : 0;
+        bool more = l.len && l.data[l.len - 1] == '\\';
+        if (more) l.len--;
+        if (turn->len) tbuf_add(turn, "\n", 1);
+        tbuf_add(turn, l.data ? l.data : "", l.len);
+        if (!more && !paste && !(tty && input_pending())) break;
+    }
+    tbuf_free(&l);
+    if (!turn->data) tbuf_add(turn, "", 0);
+    return any;
+}
+
+/* A line starting with '/': a command. false when it says to leave. */
+static bool command(chat_state *s, const char *l) {
+    if (!strcmp(l, "/quit") || !strcmp(l, "/exit")) return false;
+    if (!strcmp(l, "/reset")) {
+        reset(s, true);
+        fprintf(stderr, "[conversation reset]\n");
+    } else if (!strcmp(l, "/help") || !strcmp(l, "/?")) {
+        fputs(g_chat_help, stderr);
+    } else {
+        fprintf(stderr,
+                "[unknown command '%.40s': /help lists them; start with '//' to send a "
+                "text beginning with '/']\n",
+                l);
+    }
+    return true;
+}
+
+/* The conversation: the first turn of -p / -f, then one turn per input until
+ * /quit, Ctrl-D or the end of stdin. false when a turn failed with stdin not
+ * a terminal (a script gets a failing exit status). */
+static bool chat_loop(chat_state *s, const char *first) {
     const bool tty = isatty(0);
     if (tty) {
         struct sigaction sa;
@@ -423,44 +554,37 @@ static bool chat_loop(chat_state *s) {
         sigemptyset(&sa.sa_mask);
         sigaction(SIGINT, &sa, NULL);
         if (g_verbosity > 0)
-            fprintf(stderr,
-                    "chat: /reset starts over, /quit (or Ctrl-D) leaves, Ctrl-C stops an answer\n");
+            fprintf(stderr, "chat: /help lists the commands, /quit (or Ctrl-D) leaves, Ctrl-C "
+                            "stops an answer\n");
     }
     int index = 0;
-    char *line = NULL;
-    size_t cap = 0;
     bool ok = true;
-    for (;;) {
-        char *l;
-        if (tty) {
-            g_interrupt = 0;
-            l = readline("> ");
-            if (!l && g_interrupt) { /* Ctrl-C at the prompt: drop the line, a fresh prompt */
+    if (first && *first) ok = turn(s, first, strlen(first), ++index) || tty;
+    tbuf in = {0};
+    while (ok) {
+        if (!read_turn(tty, &in)) {
+            if (tty && g_interrupt) { /* Ctrl-C at the prompt: drop the line, a fresh prompt */
                 fputc('\n', stdout);
                 continue;
             }
-            if (!l) {
-                fputc('\n', stdout);
-                break;
-            }
-        } else {
-            if (getline(&line, &cap, stdin) < 0) break;
-            l = line;
+            if (tty) fputc('\n', stdout);
+            break;
         }
-        size_t len = strlen(l);
-        while (len && (l[len - 1] == '\n' || l[len - 1] == '\r')) l[--len] = 0;
+        char *l = in.data;
+        size_t len = in.len;
         if (tty && len) add_history(l);
-        const bool quit = !strcmp(l, "/quit") || !strcmp(l, "/exit");
-        if (!quit && !strcmp(l, "/reset")) {
-            reset(s, true);
-            fprintf(stderr, "[conversation reset]\n");
-        } else if (!quit && len) {
-            ok = turn(s, l, len, ++index) || tty;
+        if (l[0] == '/' && l[1] != '/') {
+            if (!command(s, l)) break;
+            continue;
         }
-        if (tty) free(l);
-        if (quit || !ok) break;
+        if (l[0] == '/') { /* "//text" sends "/text" */
+            l++;
+            len--;
+        }
+        if (len) ok = turn(s, l, len, ++index) || tty;
     }
-    free(line);
+    tbuf_free(&in);
+    if (!tty) read_line(false, NULL, NULL);
     return ok;
 }
 
@@ -469,24 +593,44 @@ int cmd_chat(int argc, char **argv) {
     chat_opts o;
     memset(&o, 0, sizeof o);
     int rc = chat_parse(cmd, &o, argc, argv);
-    if (rc != ARGS_OK) return rc;
-    rp_model *model;
-    rp_context *ctx;
-    if (!tool_load(cmd, &o.mo, 1, &model, &ctx, &rc)) return rc;
+    chat_tmpl tmpl;
+    memset(&tmpl, 0, sizeof tmpl);
+    if (rc == ARGS_OK && !tool_check_template(cmd, &o.mo, &o.to, &tmpl)) rc = 2;
+    char *first = NULL;
+    size_t first_len = 0;
+    if (rc == ARGS_OK && o.file) {
+        if (!(first = tool_read_text(cmd, o.file, &first_len))) rc = 2;
+        if (first && first_len && first[first_len - 1] == '\n') first[--first_len] = 0;
+    }
+    rp_model *model = NULL;
+    rp_context *ctx = NULL;
+    int load_rc = 0;
+    if (rc == ARGS_OK && !tool_load(cmd, &o.mo, 1, &model, &ctx, &load_rc)) rc = load_rc;
+    if (rc != ARGS_OK) {
+        free(first);
+        chat_tmpl_free(&tmpl);
+        grammar_opts_free(&o.go);
+        return rc;
+    }
     chat_state s = {.cmd = cmd,
                     .model = model,
                     .ctx = ctx,
                     .vocab = rp_model_vocab(model),
+                    .tmpl = &tmpl,
+                    .so = &o.so,
+                    .enable_thinking = o.no_think ? 0 : -1,
                     .n_predict = o.n_predict,
                     .stats = o.stats};
-    s.copts = (rp_chat_opts){.name = o.tmpl_name, .enable_thinking = o.no_think ? 0 : -1};
-    rc = chat_open(&s, &o) && chat_loop(&s) ? 0 : 1;
+    rc = chat_open(&s, &o) && chat_loop(&s, first ? first : o.prompt) ? 0 : 1;
+    free(first);
     while (s.hist.n) msg_pop(&s.hist);
     free(s.hist.v);
     tbuf_free(&s.fed);
     tbuf_free(&s.toks_buf);
     rp_sampler_free(s.smp);
     rp_spec_free(s.spec);
+    grammar_opts_free(&o.go);
+    chat_tmpl_free(&tmpl);
     rp_context_free(ctx);
     rp_model_free(model);
     return rc;

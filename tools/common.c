@@ -74,8 +74,9 @@ static bool parse_value(const char *cmd, const arg_opt *o, const char *flag, con
     }
     case ARG_KVTYPE: {
         int t = rp_type_from_name(v);
-        if (t != RP_TYPE_F32 && t != RP_TYPE_F16) {
-            tool_error(cmd, "%s: cache type '%s' is not supported (use f32 or f16)", flag, v);
+        if (t < 0 || !rp_kv_type_supported(t)) {
+            tool_error(cmd, "%s: cache type '%s' is not supported (use one of %s)", flag, v,
+                       rp_kv_type_list());
             return false;
         }
         *(int *)o->ptr = t;
@@ -94,6 +95,8 @@ bool args_parse(const arg_spec *spec, int argc, char **argv, bool *help) {
     *help = false;
     if (spec->n_pos) *spec->n_pos = 0;
     bool only_pos = false;
+    const arg_opt *seen[128]; /* single-valued options given so far */
+    int n_seen = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!only_pos && strcmp(a, "--") == 0) {
@@ -128,6 +131,14 @@ bool args_parse(const arg_spec *spec, int argc, char **argv, bool *help) {
         }
         char flag[64];
         snprintf(flag, sizeof flag, "%.*s", (int)flen, a);
+        if (found->kind != ARG_STRS) { /* a second value would silently replace the first */
+            for (int k = 0; k < n_seen; k++)
+                if (seen[k] == found) {
+                    tool_error(spec->cmd, "%s given twice (it takes one value; see --help)", flag);
+                    return false;
+                }
+            if (n_seen < (int)ARRAY_LEN(seen)) seen[n_seen++] = found;
+        }
         if (found->kind == ARG_FLAG) {
             if (eq && a[1] == '-') {
                 tool_error(spec->cmd, "%s takes no value", flag);
@@ -318,32 +329,79 @@ void tbuf_free(tbuf *b) {
 /* ---- sampling options ----------------------------------------------------------- */
 
 void sampling_opts_init(sampling_opts *o) {
+    memset(o, 0, sizeof *o);
     o->sp = rp_sampler_default_params();
-    o->seed = 0xFFFFFFFFu;
+    o->seed_text = "-1";
 }
 
 const arg_opt *sampling_opts_table(sampling_opts *o) {
-    static arg_opt t[10];
+    static arg_opt t[24];
     rp_sampler_params *sp = &o->sp;
     const arg_opt src[] = {
-        {"-s|--seed", ARG_U64, &o->seed, "N", "sampling seed (default 4294967295)"},
+        {"-s|--seed", ARG_STR, &o->seed_text, "N",
+         "sampling seed (default -1: a random one, printed with -v)"},
         {"--temp", ARG_FLOAT, &sp->temp, "T", "temperature (0 = greedy; default 0.8)"},
         {"--top-k", ARG_INT, &sp->top_k, "K", "top-k (0 = off; default 40)"},
         {"--top-p", ARG_FLOAT, &sp->top_p, "P", "top-p (1 = off; default 0.95)"},
         {"--min-p", ARG_FLOAT, &sp->min_p, "P", "min-p (0 = off; default 0.05)"},
+        {"--typical", ARG_FLOAT, &sp->typical_p, "P", "locally typical sampling (1 = off)"},
+        {"--top-n-sigma", ARG_FLOAT, &sp->top_n_sigma, "N",
+         "keep logits within N sigma of the top (-1 = off)"},
+        {"--xtc-probability", ARG_FLOAT, &sp->xtc_probability, "P", "XTC: chance (0 = off)"},
+        {"--xtc-threshold", ARG_FLOAT, &sp->xtc_threshold, "P", "XTC: threshold (default 0.1)"},
         {"--repeat-penalty", ARG_FLOAT, &sp->repeat_penalty, "F", "repetition penalty (1 = off)"},
         {"--repeat-last-n", ARG_INT, &sp->penalty_last_n, "N",
          "tokens the penalties look back (default 64, -1 = all)"},
         {"--frequency-penalty", ARG_FLOAT, &sp->freq_penalty, "F", "frequency penalty (0 = off)"},
         {"--presence-penalty", ARG_FLOAT, &sp->presence_penalty, "F", "presence penalty (0 = off)"},
+        {"--dry-multiplier", ARG_FLOAT, &sp->dry_multiplier, "F", "DRY penalty (0 = off)"},
+        {"--dry-base", ARG_FLOAT, &sp->dry_base, "F", "DRY base (default 1.75)"},
+        {"--dry-allowed-length", ARG_INT, &sp->dry_allowed_length, "N",
+         "DRY: repeats this long are free (default 2)"},
+        {"--dry-penalty-last-n", ARG_INT, &sp->dry_penalty_last_n, "N",
+         "DRY looks back N tokens (-1 = all)"},
+        {"--mirostat", ARG_INT, &sp->mirostat, "N", "Mirostat 1 or 2 (0 = off)"},
+        {"--mirostat-lr", ARG_FLOAT, &sp->mirostat_eta, "ETA", "Mirostat learning rate (0.1)"},
+        {"--mirostat-ent", ARG_FLOAT, &sp->mirostat_tau, "TAU", "Mirostat target entropy (5.0)"},
+        {"--samplers", ARG_STR, &sp->samplers, "LIST",
+         "stage order: 'penalties;dry;top_k;...' or letters 'edskypmxt'"},
+        {"--ignore-eos", ARG_FLAG, &o->ignore_eos, NULL, "never stop at an end-of-text token"},
+        {"-v|--verbose", ARG_FLAG, &o->verbose, NULL, "more on stderr (the seed used, ...)"},
         {0},
     };
+    _Static_assert(sizeof src <= sizeof t, "sampling table");
     memcpy(t, src, sizeof src);
     return t;
 }
 
+/* A seed: -1 (random) or 0..2^64-1. */
+static bool parse_seed(const char *cmd, const char *v, uint64_t *out) {
+    if (!strcmp(v, "-1")) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t x =
+            (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ ((uint64_t)getpid() << 12);
+        x += 0x9E3779B97F4A7C15ull; /* splitmix64 finaliser */
+        x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+        x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+        *out = (x ^ (x >> 31)) & 0xFFFFFFFFu; /* llama.cpp's seeds are 32-bit */
+        return true;
+    }
+    char *end;
+    errno = 0;
+    unsigned long long x = *v == '-' ? 0 : strtoull(v, &end, 10);
+    if (*v == '-' || errno || end == v || *end) {
+        tool_error(cmd, "--seed expects -1 (random) or a non-negative integer, got '%s'", v);
+        return false;
+    }
+    *out = (uint64_t)x;
+    return true;
+}
+
 bool sampling_opts_check(const char *cmd, sampling_opts *o) {
     rp_sampler_params *sp = &o->sp;
+    if (o->verbose && g_verbosity < 2) g_verbosity = 2;
+    if (!parse_seed(cmd, o->seed_text, &o->seed)) return false;
     sp->seed = o->seed;
     if (sp->temp < 0) sp->temp = 0;
     if (sp->top_p <= 0 || sp->top_p > 1 || sp->min_p < 0 || sp->min_p > 1 ||
@@ -353,7 +411,33 @@ bool sampling_opts_check(const char *cmd, sampling_opts *o) {
             "sampling values out of range (top-p in (0,1], min-p in [0,1], repeat-penalty > 0)");
         return false;
     }
+    /* the sampler checks the rest (mirostat, samplers) */
+    rp_sampler *probe = rp_sampler_new(sp, 2);
+    if (!probe) {
+        tool_error(cmd, "%s", rp_last_error());
+        return false;
+    }
+    rp_sampler_free(probe);
+    if (g_verbosity >= 2) fprintf(stderr, "seed: %llu\n", (unsigned long long)o->seed);
     return true;
+}
+
+rp_status sampling_opts_apply(const sampling_opts *o, rp_sampler *smp, const rp_vocab *v) {
+    rp_status s = o->sp.dry_multiplier > 0 ? rp_sampler_set_vocab(smp, v, NULL, 0) : RP_OK;
+    if (s || !o->ignore_eos) return s;
+    int32_t n = rp_vocab_n_tokens(v), k = 0;
+    int32_t *ids = malloc((size_t)(n > 0 ? n : 1) * sizeof *ids);
+    float *bias = malloc((size_t)(n > 0 ? n : 1) * sizeof *bias);
+    if (ids && bias)
+        for (int32_t i = 0; i < n; i++)
+            if (rp_vocab_is_eog(v, i)) {
+                ids[k] = i;
+                bias[k++] = -INFINITY;
+            }
+    s = ids && bias ? rp_sampler_set_logit_bias(smp, ids, bias, (size_t)k) : RP_ERR_NOMEM;
+    free(ids);
+    free(bias);
+    return s;
 }
 
 /* ---- text ---------------------------------------------------------------- */

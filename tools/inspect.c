@@ -149,7 +149,8 @@ static json_t *totals_json(const inventory *inv) {
     return tot;
 }
 
-static void print_json(const char *path, const rp_gguf *g, const inventory *inv, bool full) {
+static void print_json(const char *path, const rp_gguf *g, const inventory *inv, bool full,
+                       json_t *plan) {
     json_t *root = json_object();
     json_object_set_new(root, "file", json_string(path));
     json_object_set_new(root, "version", json_integer(rp_gguf_version(g)));
@@ -159,9 +160,24 @@ static void print_json(const char *path, const rp_gguf *g, const inventory *inv,
     json_object_set_new(root, "metadata", metadata_json(g, full));
     json_object_set_new(root, "tensors", tensors_json(g, inv));
     json_object_set_new(root, "totals", totals_json(inv));
+    if (plan) json_object_set_new(root, "plan", plan);
     json_dumpf(root, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     fputc('\n', stdout);
     json_decref(root);
+}
+
+/* A context's plan: its report and the source layer of every step. */
+static json_t *plan_json(const rp_context *c) {
+    const int n = rp_context_plan_report(c, NULL, 0);
+    char *report = malloc((size_t)n + 1);
+    if (report) rp_context_plan_report(c, report, (size_t)n + 1);
+    json_t *src = json_array();
+    for (int e = 0; e < rp_context_n_eff(c); e++)
+        json_array_append_new(src, json_integer(rp_context_step_src(c, e)));
+    json_t *j = json_pack("{s:i,s:o,s:s}", "n_eff", rp_context_n_eff(c), "eff_to_src", src,
+                          "report", report ? report : "");
+    free(report);
+    return j;
 }
 
 /* ---- text ------------------------------------------------------------------- */
@@ -288,13 +304,31 @@ int cmd_inspect(int argc, char **argv) {
         rp_gguf_close(g);
         return tool_fail("inspect", RP_ERR_NOMEM);
     }
+    const bool plan = mo.repeat_layers || mo.layer_map || mo.plan_file;
+    json_t *pj = NULL;
+    if (json && plan) { /* the plan inside the JSON: stdout stays one JSON document */
+        rp_model *m;
+        rp_context *c;
+        int code;
+        mo.model = pos[0];
+        mo.n_ctx = 16;
+        mo.quiet = true;
+        if (!tool_load("inspect", &mo, 1, &m, &c, &code)) {
+            free(inv.alias);
+            rp_gguf_close(g);
+            return code;
+        }
+        pj = plan_json(c);
+        rp_context_free(c);
+        rp_model_free(m);
+    }
     if (json)
-        print_json(pos[0], g, &inv, full);
+        print_json(pos[0], g, &inv, full, pj);
     else
         print_text(pos[0], g, &inv);
     free(inv.alias);
     rp_gguf_close(g);
-    if (mo.repeat_layers || mo.layer_map || mo.plan_file) { /* the plan, as --dump-plan prints it */
+    if (plan && !json) { /* the plan, as --dump-plan prints it */
         rp_model *m;
         rp_context *c;
         int code;

@@ -38,21 +38,24 @@ const arg_opt *model_opts_table(model_opts *o, unsigned which) {
         {0,
          {"-c|--ctx-size", ARG_U32, &o->n_ctx, "N",
           chunks ? "tokens per chunk (default 512, or the training context if smaller)"
-                 : "context size per sequence (0 = model's, max 4096)"}},
+                 : "context size per sequence (default 0: the model's training context, "
+                   "at most 4096; more is accepted, with a warning past the training "
+                   "context)"}},
         {0,
          {"-b|--batch-size", ARG_U32, &o->n_batch, "N",
           chunks ? "tokens per decode: max(1, N/c) chunks together (default 512)"
                  : "tokens computed per pass (default 512)"}},
-        {0, {"-t|--threads", ARG_INT, &o->n_threads, "N", "threads (default: physical cores)"}},
+        {MO_SCALAR,
+         {"-t|--threads", ARG_INT, &o->n_threads, "N", "threads (default: physical cores)"}},
         {0,
          {"--threads-force", ARG_FLAG, &o->threads_force, NULL,
           "use -t N even beyond the machine's cores (otherwise capped to them)"}},
-        {0,
+        {MO_SCALAR,
          {"-ctk|--cache-type-k", ARG_KVTYPE, &o->type_k, "TYPE",
-          "KV cache type for K: f32 or f16 (default f16)"}},
-        {0,
+          "KV cache type for K: f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl (default f16)"}},
+        {MO_SCALAR,
          {"-ctv|--cache-type-v", ARG_KVTYPE, &o->type_v, "TYPE",
-          "KV cache type for V: f32 or f16 (default f16)"}},
+          "KV cache type for V: the same types (default f16)"}},
         {MO_SPEC,
          {"--repeat-layers", ARG_STR, &o->repeat_layers, "SPEC",
           "RYS plan: repeat source layers [i,j) (see below)"}},
@@ -70,11 +73,15 @@ const arg_opt *model_opts_table(model_opts *o, unsigned which) {
          {"--mem-limit", ARG_U64, &o->mem_limit, "MIB",
           "refuse a context whose state and scratch exceed MIB MiB (default: the memory "
           "available)"}},
+        {MO_DUMP,
+         {"--dump-tensors", ARG_STR, &o->dump_tensors, "DIR",
+          "write the forward's named intermediate tensors to DIR (also REPRISE_TRACE=DIR)"}},
         {0, {"-q|--quiet", ARG_FLAG, &o->quiet, NULL, "only errors on stderr"}},
     };
     size_t k = 0;
     for (size_t i = 0; i < ARRAY_LEN(all); i++)
-        if (!all[i].flag || (which & all[i].flag)) t[k++] = all[i].opt;
+        if (all[i].flag == MO_SCALAR ? !(which & MO_LISTS) : !all[i].flag || (which & all[i].flag))
+            t[k++] = all[i].opt;
     t[k] = (arg_opt){0};
     return t;
 }
@@ -132,9 +139,8 @@ static bool plan_opts_check(const char *cmd, model_opts *o) {
     return true;
 }
 
-/* The context of o over model m (its plan resolved). */
-static rp_context *context_new(const char *cmd, const model_opts *o, const rp_model *m,
-                               uint32_t n_seq) {
+rp_context *tool_context_new(const char *cmd, const model_opts *o, const rp_model *m,
+                             uint32_t n_seq) {
     rp_context_params cp = model_opts_context(o, n_seq);
     rp_planfile *pf = NULL;
     if (!tool_plan_resolve(cmd, o, m, &pf, &cp.repeat_layers, &cp.layer_map)) return NULL;
@@ -157,8 +163,22 @@ bool tool_load(const char *cmd, const model_opts *o_in, uint32_t n_seq, rp_model
         return false;
     }
     if (!plan_opts_check(cmd, o) || !(*model = tool_load_model(cmd, o->model, false))) return false;
-    if (!(*ctx = context_new(cmd, o, *model, n_seq))) {
+    const int n_train = rp_model_n_ctx_train(*model);
+    if (n_train > 0 && o->n_ctx > (uint32_t)n_train && g_verbosity > 0)
+        fprintf(stderr,
+                "%s: warning: -c %u is past the model's training context (%d): quality may drop "
+                "beyond %d positions\n",
+                cmd, o->n_ctx, n_train, n_train);
+    if (!(*ctx = tool_context_new(cmd, o, *model, n_seq))) {
         rp_model_free(*model);
+        *model = NULL;
+        return false;
+    }
+    const char *trace_dir = o->dump_tensors ? o->dump_tensors : getenv("REPRISE_TRACE");
+    if (trace_dir && *trace_dir && !o->dump_plan && !tool_trace_open(cmd, *ctx, trace_dir)) {
+        rp_context_free(*ctx);
+        rp_model_free(*model);
+        *ctx = NULL;
         *model = NULL;
         return false;
     }

@@ -26,6 +26,7 @@ static const command g_commands[] = {
     {"plan", cmd_plan, "plan files: save, show, check; the content hash of a model's weights"},
     {"demo", cmd_demo, "the `make run` job: a short generation on the built-in demo model"},
     {"gguf-copy", cmd_gguf_copy, "re-write a GGUF file through reprise's reader and writer"},
+    {"compare", cmd_compare, "compare logits of every position, or two tensor traces"},
 };
 
 static void usage(FILE *fp) {

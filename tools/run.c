@@ -1,4 +1,6 @@
 /* reprise run: generate a continuation of a prompt; reprise tokenize. */
+#include "chat_tmpl.h"
+#include "grammar_opts.h"
 #include "spec_opts.h"
 #include "tools.h"
 
@@ -10,7 +12,12 @@ typedef struct run_opts {
     model_opts mo;
     sampling_opts so;
     spec_opts spec;
-    const char *prompt, *file, *tokens, *dump;
+    grammar_opts go;
+    tmpl_opts to;
+    chat_tmpl tmpl; /* with a template option or -sys: the prompt is one user turn */
+    bool use_tmpl;
+    const rp_vocab *vocab; /* the model's, once loaded */
+    const char *prompt, *file, *tokens, *dump, *system;
     int n_predict;
     bool no_special;
 } run_opts;
@@ -24,6 +31,7 @@ typedef struct run_stats {
 } run_stats;
 
 static void print_timing(const run_stats *st) {
+    fflush(stdout); /* the text first, then the timing line on its own */
     if (g_verbosity <= 0) return;
     fprintf(stderr,
             "timing: prompt %zu tokens in %.1f ms (%.2f t/s); generation %d tokens in %.1f ms "
@@ -72,12 +80,18 @@ static bool write_logits(const char *cmd, const char *path, rp_context *ctx, int
 
 /* Generation with speculative decoding: the same stop rules, output and
  * timing line as plain decoding, and the draft's acceptance. */
-static int run_spec(const char *cmd, rp_spec *spc, const rp_vocab *vocab,
-                    const rp_sampler_params *sp, const int32_t *toks, size_t n_tok, int n_predict,
-                    uint32_t n_ctx) {
+static rp_status apply_sampling(rp_sampler *smp, void *user) {
+    const run_opts *o = user;
+    return sampling_opts_apply(&o->so, smp, o->vocab);
+}
+
+static int run_spec(const char *cmd, rp_spec *spc, const rp_vocab *vocab, run_opts *o,
+                    const int32_t *toks, size_t n_tok, int n_predict, uint32_t n_ctx) {
     run_stats st = {.n_prompt = n_tok, .stop = "end of text"};
     double t0 = now_s();
-    rp_status s = rp_spec_seq_reset(spc, 0, sp);
+    rp_status s = rp_spec_seq_reset(spc, 0, &o->so.sp);
+    if (!s) s = rp_spec_seq_set_grammar(spc, 0, o->go.g);
+    if (!s) s = rp_spec_seq_each_sampler(spc, 0, apply_sampling, o);
     if (!s) s = rp_spec_seq_feed(spc, 0, toks, (int)n_tok);
     if (s) return tool_fail(cmd, s);
     st.t_prompt = now_s() - t0;
@@ -120,7 +134,7 @@ static int run_spec(const char *cmd, rp_spec *spc, const rp_vocab *vocab,
 }
 
 /* Plain generation: the prompt in one decode, then one token at a time. */
-static int run_plain(const char *cmd, rp_context *ctx, const run_opts *o, const int32_t *toks,
+static int run_plain(const char *cmd, rp_context *ctx, run_opts *o, const int32_t *toks,
                      size_t n_tok) {
     const rp_vocab *vocab = rp_model_vocab(rp_context_model(ctx));
     const uint32_t n_ctx = rp_context_n_ctx(ctx);
@@ -142,6 +156,11 @@ static int run_plain(const char *cmd, rp_context *ctx, const run_opts *o, const 
     }
     rp_sampler *smp = rp_sampler_new(&o->so.sp, nv);
     if (!smp) return tool_fail(cmd, RP_ERR_NOMEM);
+    if ((s = sampling_opts_apply(&o->so, smp, vocab))) {
+        rp_sampler_free(smp);
+        return tool_fail(cmd, s);
+    }
+    rp_sampler_set_grammar(smp, o->go.g);
     for (size_t i = 0; i < n_tok; i++) rp_sampler_accept(smp, toks[i]);
     const float *logits = rp_get_logits(ctx, (int)n_tok - 1);
     double t1 = now_s();
@@ -151,7 +170,12 @@ static int run_plain(const char *cmd, rp_context *ctx, const run_opts *o, const 
             break;
         }
         int32_t tok = rp_sampler_sample(smp, logits);
-        rp_sampler_accept(smp, tok);
+        if (tok < 0) { /* only with a grammar */
+            rp_sampler_free(smp);
+            tool_error(cmd, "the grammar allows no token after %d tokens", st.n_gen);
+            return 1;
+        }
+        if ((s = rp_sampler_accept_sampled(smp, tok))) break;
         if (rp_vocab_is_eog(vocab, tok)) break;
         put_piece(vocab, tok);
         fflush(stdout);
@@ -186,6 +210,18 @@ static bool prompt_tokens(const char *cmd, const run_opts *o, rp_context *ctx, i
         size_t len = o->file ? 0 : strlen(o->prompt);
         char *text = o->file ? tool_read_text(cmd, o->file, &len) : NULL;
         if (o->file && !text) return false;
+        if (text && len && text[len - 1] == '\n') text[--len] = 0; /* as llama.cpp's -f */
+        if (o->use_tmpl) {                                         /* the prompt as one user turn */
+            rp_chat_msg msgs[2] = {{"system", o->system}, {"user", text ? text : o->prompt}};
+            char *full = NULL;
+            rp_status s =
+                chat_tmpl_render(&o->tmpl, rp_context_model(ctx), o->system ? msgs : msgs + 1,
+                                 o->system ? 2 : 1, true, -1, &full);
+            free(text);
+            if (s) return tool_fail(cmd, s), false;
+            text = full;
+            len = strlen(full);
+        }
         rp_status s = rp_tokenize(rp_model_vocab(rp_context_model(ctx)), text ? text : o->prompt,
                                   len, true, !o->no_special, toks, n_tok);
         free(text);
@@ -223,6 +259,8 @@ static int run_parse(const char *cmd, run_opts *o, int argc, char **argv) {
          "prompt as raw token ids '1,2,3' (no tokenizer, no BOS added)"},
         {"-n|--n-predict", ARG_INT, &o->n_predict, "N",
          "tokens to generate (-1 = until end of text or full context)"},
+        {"-sys|--system", ARG_STR, &o->system, "TEXT",
+         "a system message: the prompt goes through the chat template as a user turn"},
         {0},
     };
     const arg_opt output_opts[] = {
@@ -234,6 +272,8 @@ static int run_parse(const char *cmd, run_opts *o, int argc, char **argv) {
     };
     const arg_opt *tables[] = {prompt_opts,
                                sampling_opts_table(&o->so),
+                               grammar_opts_table(&o->go),
+                               tmpl_opts_table(&o->to),
                                output_opts,
                                model_opts_table(&o->mo, MO_ALL),
                                spec_opts_table(&o->spec),
@@ -271,7 +311,16 @@ static bool run_check(const char *cmd, run_opts *o) {
         tool_error(cmd, "no prompt (-p TEXT, -f FILE or --tokens IDS)");
         return false;
     }
-    return sampling_opts_check(cmd, &o->so);
+    o->use_tmpl = tmpl_opts_given(&o->to) || o->system;
+    if (o->use_tmpl && o->tokens) {
+        tool_error(cmd, "--tokens is the prompt as ids: it does not go through a chat template");
+        return false;
+    }
+    if ((o->go.grammar || o->go.grammar_file || o->go.schema || o->go.schema_file) && o->dump) {
+        tool_error(cmd, "--dump-logits stops before generation: a grammar has nothing to do");
+        return false;
+    }
+    return sampling_opts_check(cmd, &o->so) && grammar_opts_check(cmd, &o->go);
 }
 
 int cmd_run(int argc, char **argv) {
@@ -280,18 +329,30 @@ int cmd_run(int argc, char **argv) {
     memset(&o, 0, sizeof o);
     int rc = run_parse(cmd, &o, argc, argv);
     if (rc != ARGS_OK) return rc;
-    if (!run_check(cmd, &o)) return 2;
+    if (!run_check(cmd, &o)) {
+        grammar_opts_free(&o.go);
+        return 2;
+    }
     rp_model *model;
     rp_context *ctx;
-    if (!tool_load(cmd, &o.mo, 1, &model, &ctx, &rc)) return rc;
+    if (o.use_tmpl && !tool_check_template(cmd, &o.mo, &o.to, &o.tmpl)) {
+        grammar_opts_free(&o.go);
+        return 2;
+    }
+    if (!tool_load(cmd, &o.mo, 1, &model, &ctx, &rc)) {
+        chat_tmpl_free(&o.tmpl);
+        grammar_opts_free(&o.go);
+        return rc;
+    }
+    o.vocab = rp_model_vocab(model);
     int32_t *toks = NULL;
     size_t n_tok = 0;
     rc = 1;
-    if (prompt_tokens(cmd, &o, ctx, &toks, &n_tok)) {
+    if (grammar_opts_bind(cmd, &o.go, model) && prompt_tokens(cmd, &o, ctx, &toks, &n_tok)) {
         if (spec_opts_active(&o.spec)) {
             rp_spec *spc = spec_open(cmd, &o.spec, ctx, NULL);
             if (spc)
-                rc = run_spec(cmd, spc, rp_model_vocab(model), &o.so.sp, toks, n_tok, o.n_predict,
+                rc = run_spec(cmd, spc, rp_model_vocab(model), &o, toks, n_tok, o.n_predict,
                               rp_context_n_ctx(ctx));
             rp_spec_free(spc);
         } else {
@@ -299,6 +360,8 @@ int cmd_run(int argc, char **argv) {
         }
     }
     free(toks);
+    chat_tmpl_free(&o.tmpl);
+    grammar_opts_free(&o.go);
     rp_context_free(ctx);
     rp_model_free(model);
     return rc;

@@ -7,10 +7,9 @@
  * parse (scan_parse) -> validate (scan_check) -> load the model and the
  * workload (scan_load) -> the CSV's settings, resumed (scan_settings) -> run
  * the identity and the blocks (scan_execute) -> report (scan_report). */
-#include "tools.h"
+#include "scan.h"
 
 #include <math.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -19,87 +18,6 @@
 #define DEFAULT_CTX   512
 #define DEFAULT_BATCH 512
 #define DEFAULT_BEST  3
-
-static volatile sig_atomic_t g_stop;
-
-static void on_signal(int sig) {
-    (void)sig;
-    g_stop = 1;
-}
-
-typedef struct scan_opts {
-    model_opts mo;
-    const char *file, *probes, *metric_name, *out, *png_path;
-    int n_chunks, max_extra, start, end, n_best;
-    bool no_reuse;
-    /* from the checks */
-    rp_scan_metric metric;
-    bool c_given;
-    int c, n_batch;
-    char *png_alloc; /* png_path when derived from the CSV's name */
-} scan_opts;
-
-/* The model, the workload, the blocks and the CSV of one scan. */
-typedef struct scan_job {
-    const char *cmd;
-    scan_opts *o;
-    const char *input; /* the text or the probe file */
-    char *text;
-    size_t text_len;
-    rp_model *model;
-    int n_layer;
-    rp_scan_block *blocks;
-    int n_blocks, n_todo;
-    rp_scan_set set;
-    rp_eval_windows w;
-    int32_t *toks;
-    size_t n_tok;
-    rp_scan_csv csv;
-    char desc[256];
-    bool resumed;
-} scan_job;
-
-/* What running the blocks did. */
-typedef struct scan_stats {
-    double t_identity, t_scan;
-    int n_run;
-    bool interrupted;
-    uint64_t steps;
-    bool reusing;
-} scan_stats;
-
-/* Progress of the whole scan, weighted by the plan steps each evaluation runs
- * per token (what its time is proportional to). */
-typedef struct scan_progress {
-    progress pr;
-    double units_total, units_done, units_now; /* units of the evaluation in progress */
-    int done, total;                           /* blocks */
-    char last[96];                             /* the last block's result */
-    double t0;
-} scan_progress;
-
-static bool on_progress(float frac, void *user) {
-    scan_progress *sp = user;
-    if (g_stop) return false;
-    const double f =
-        sp->units_total > 0 ? (sp->units_done + frac * sp->units_now) / sp->units_total : 0;
-    char extra[192];
-    snprintf(extra, sizeof extra, "| blocks %d/%d%s%s", sp->done, sp->total,
-             sp->last[0] ? " | last " : "", sp->last);
-    progress_update(&sp->pr, (float)f, extra);
-    return true;
-}
-
-/* Work of a block in plan steps per token: from step j with the prefix held
- * (plus the steps that advance it), the whole plan without reuse. */
-static double block_units(int n_layer, int i, int j, bool reuse, int *held) {
-    const int n_eff = n_layer + (j - i);
-    if (!reuse) return n_eff;
-    double u = n_eff - j;
-    if (*held != j) u += *held > 0 && *held < j ? j - *held : j;
-    *held = j;
-    return u;
-}
 
 static const char *metric_caption(rp_scan_metric m) {
     return m == RP_SCAN_PPL   ? "PPL change"
@@ -137,6 +55,13 @@ static int scan_parse(const char *cmd, scan_opts *o, int argc, char **argv) {
         {"--best", ARG_INT, &o->n_best, "N", "best blocks marked on the heatmap (default 3)"},
         {"--no-reuse", ARG_FLAG, &o->no_reuse, NULL,
          "run every plan from its first layer (for timing the reuse)"},
+        {"--base-plan", ARG_STR, &o->base_plan, "SPEC|FILE",
+         "scan blocks on top of this plan ('i,j;k,l' or a plan file)"},
+        {"--beam", ARG_INT, &o->beam, "W",
+         "beam search: each round adds a block to the W best plans"},
+        {"--depth", ARG_INT, &o->depth, "D", "beam search: plans of up to D blocks (default 2)"},
+        {"--shard", ARG_STR, &o->shard, "K/N",
+         "only shard K of N (whole end layers j); join with 'reprise scan merge'"},
         {0},
     };
     /* the model options without the plan flags: scan makes the plans */
@@ -146,7 +71,8 @@ static int scan_parse(const char *cmd, scan_opts *o, int argc, char **argv) {
         .usage =
             "reprise scan -m MODEL -f TEXT [-c N] [--chunks K] [--metric ppl|kld] [--max-extra "
             "N]\n                    [--start I --end J] [-o OUT.csv] [--png OUT.png]\n"
-            "       reprise scan -m MODEL --probes FILE.jsonl [...]",
+            "       reprise scan -m MODEL --probes FILE.jsonl [...]\n"
+            "       reprise scan merge A.csv B.csv ... -o ALL.csv [--png]",
         .description =
             "Evaluates the identity plan once, then every RYS block (i,j) -- source layers [i,j)\n"
             "run twice, as --repeat-layers i,j -- with start <= i < j <= end and at most\n"
@@ -209,6 +135,26 @@ static int scan_check(const char *cmd, scan_opts *o) {
         tool_error(cmd, "--chunks expects a positive count, got %d", o->n_chunks);
         return 2;
     }
+    if (o->beam < 0 || o->depth < 0 || (o->depth && !o->beam) || o->depth > RP_SCAN_MAX_BLOCKS) {
+        tool_error(cmd, "%s",
+                   o->depth && !o->beam ? "--depth goes with --beam W"
+                                        : "--beam and --depth expect counts (depth at most 16)");
+        return 2;
+    }
+    if (o->beam && !o->depth) o->depth = 2;
+    if (o->shard) {
+        char tail;
+        if (sscanf(o->shard, "%d/%d%c", &o->shard_k, &o->shard_n, &tail) != 2 || o->shard_n < 1 ||
+            o->shard_k < 1 || o->shard_k > o->shard_n) {
+            tool_error(cmd, "--shard '%s': expected K/N with 1 <= K <= N", o->shard);
+            return 2;
+        }
+        if (o->beam) {
+            tool_error(cmd, "--shard and --beam: a beam's rounds depend on each other; shard the "
+                            "first round, merge, then run the beam on the merged CSV");
+            return 2;
+        }
+    }
     if (o->max_extra < 0 || o->start < 0 || (o->end != -1 && o->end <= o->start) || o->n_best < 0) {
         tool_error(cmd, "%s",
                    o->max_extra < 0 ? "--max-extra expects a positive count"
@@ -239,6 +185,39 @@ static int scan_check(const char *cmd, scan_opts *o) {
 
 /* ---- load ------------------------------------------------------------------------ */
 
+/* --base-plan: a spec, or a plan file checked against the model (a repeat
+ * plan: the scan adds blocks to it). */
+static bool load_base(scan_job *job) {
+    const scan_opts *o = job->o;
+    if (!o->base_plan) return true;
+    const char *spec = o->base_plan;
+    rp_planfile *pf = NULL;
+    struct stat st;
+    if (stat(o->base_plan, &st) == 0 && S_ISREG(st.st_mode)) {
+        model_opts mo = o->mo;
+        mo.plan_file = o->base_plan;
+        mo.repeat_layers = mo.layer_map = NULL;
+        const char *map = NULL;
+        if (!tool_plan_resolve(job->cmd, &mo, job->model, &pf, &spec, &map)) return false;
+        if (map) {
+            tool_error(job->cmd,
+                       "--base-plan %s: a layer map; a scan adds blocks to a plan of "
+                       "repeat blocks only",
+                       o->base_plan);
+            rp_planfile_free(pf);
+            return false;
+        }
+    }
+    rp_status s = rp_scan_plan_parse(spec, job->n_layer, &job->base);
+    rp_planfile_free(pf);
+    if (s) {
+        tool_error(job->cmd, "--base-plan: %s", rp_last_error());
+        return false;
+    }
+    rp_scan_plan_format(&job->base, job->base_spec, sizeof job->base_spec);
+    return true;
+}
+
 /* The model, the blocks of its range, the workload. Returns 0, or the exit status. */
 static int scan_load(scan_job *job) {
     scan_opts *o = job->o;
@@ -248,9 +227,22 @@ static int scan_load(scan_job *job) {
     if (!(job->model = tool_load_model(cmd, o->mo.model, false))) return 1;
     job->n_layer = rp_model_n_layer(job->model);
     if (o->end < 0) o->end = job->n_layer;
+    if (!load_base(job)) return 2;
     rp_status s =
         rp_scan_blocks(job->n_layer, o->start, o->end, o->max_extra, &job->blocks, &job->n_blocks);
     if (s) return tool_fail(cmd, s), 2;
+    int kept = 0; /* the blocks a plan on the base can add */
+    for (int b = 0; b < job->n_blocks; b++)
+        if (rp_scan_plan_disjoint(&job->base, job->blocks[b].i, job->blocks[b].j))
+            job->blocks[kept++] = job->blocks[b];
+    job->n_blocks = kept;
+    if (o->shard_n)
+        job->n_blocks =
+            rp_scan_shard(job->blocks, job->n_blocks, job->n_layer, o->shard_k, o->shard_n);
+    if (job->n_blocks <= 0) {
+        tool_error(cmd, "no block to scan%s", job->base.n ? " disjoint from the base plan" : "");
+        return 2;
+    }
     if (o->metric == RP_SCAN_PROBE) {
         s = rp_scan_set_probes(&job->set, job->model, job->text, job->text_len, job->input,
                                o->n_batch);
@@ -292,6 +284,12 @@ static rp_status set_settings(scan_job *job) {
     if (!s)
         s = rp_scan_csv_set(csv, "cache", true, "%s/%s", rp_type_name(o->mo.type_k),
                             rp_type_name(o->mo.type_v));
+    if (!s) s = rp_scan_csv_set(csv, "layers", true, "%d", job->n_layer);
+    if (!s && job->base.n) s = rp_scan_csv_set(csv, "base", true, "%s", job->base_spec);
+    if (!s && o->shard_n) s = rp_scan_csv_set(csv, "shard", true, "%d/%d", o->shard_k, o->shard_n);
+    if (!s)
+        s = rp_scan_csv_set(csv, "range", false, "start %d, end %d, max-extra %d", o->start, o->end,
+                            o->max_extra);
     return s;
 }
 
@@ -303,6 +301,20 @@ static rp_status resume(scan_job *job) {
     memset(&old, 0, sizeof old);
     rp_status s = rp_scan_csv_read(out, &old);
     if (!s) s = rp_scan_csv_check(&old, &job->csv, out);
+    /* settings a file may have that this run does not set */
+    static const char *const only_when_set[] = {"base", "shard"};
+    for (size_t k = 0; k < sizeof only_when_set / sizeof *only_when_set && !s; k++) {
+        const char *v = rp_scan_csv_get(&old, only_when_set[k]);
+        if (v && !rp_scan_csv_get(&job->csv, only_when_set[k])) {
+            tool_error(job->cmd,
+                       "%s was written with %s '%s'; this run has none (use another -o, or give "
+                       "--%s)",
+                       out, only_when_set[k], v,
+                       !strcmp(only_when_set[k], "base") ? "base-plan" : "shard");
+            rp_scan_csv_free(&old);
+            return RP_ERR_CANCELLED; /* said */
+        }
+    }
     for (int r = 0; r < old.n_rows && !s; r++) s = rp_scan_csv_add(&job->csv, &old.rows[r]);
     for (int m = 0; m < old.n_meta && !s; m++)
         if (!rp_scan_csv_get(&job->csv, old.key[m]))
@@ -319,10 +331,9 @@ static bool scan_settings(scan_job *job) {
     }
     /* the file now: a path that cannot be written fails before any work */
     if (!s) s = rp_scan_csv_write(job->o->out, &job->csv);
+    if (s == RP_ERR_CANCELLED) return false;
     if (s) return tool_fail(job->cmd, s), false;
-    for (int b = 0; b < job->n_blocks; b++)
-        job->n_todo += !rp_scan_csv_find(&job->csv, job->blocks[b].i, job->blocks[b].j);
-    return true;
+    return scan_first_cands(job);
 }
 
 static void say_workload(const scan_job *job) {
@@ -344,180 +355,67 @@ static void say_workload(const scan_job *job) {
     else
         fprintf(stderr, "scan: %d blocks [i,j) with %d <= i < j <= %d, metric %s\n", job->n_blocks,
                 o->start, o->end, metric);
+    if (job->base.n)
+        fprintf(stderr, "scan: on top of the base plan %s (+%d layers): %d disjoint blocks\n",
+                job->base_spec, rp_scan_plan_extra(&job->base), job->n_blocks);
+    if (o->shard_n)
+        fprintf(stderr, "scan: shard %d/%d: %d blocks\n", o->shard_k, o->shard_n, job->n_blocks);
+    if (o->beam)
+        fprintf(stderr, "scan: beam search, width %d, plans of up to %d blocks\n", o->beam,
+                job->base.n + o->depth);
     if (job->resumed)
         fprintf(stderr, "scan: resuming %s: %d of the %d blocks are there, %d to run\n", o->out,
                 job->n_blocks - job->n_todo, job->n_blocks, job->n_todo);
 }
 
-/* ---- run ----------------------------------------------------------------------- */
-
-/* The identity plan: its value recorded (or checked against the file's). */
-static rp_status run_identity(scan_job *job, rp_scan *scan, scan_progress *prog, scan_stats *st) {
-    const scan_opts *o = job->o;
-    rp_scan_result id;
-    rp_status s = rp_scan_identity(scan, &id);
-    progress_done(&prog->pr);
-    if (s) return s;
-    st->t_identity = id.seconds;
-    prog->units_done += prog->units_now;
-    const char *rec = rp_scan_csv_get(&job->csv, "identity");
-    if (rec) {
-        const double v = strtod(rec, NULL);
-        if (!(fabs(v - id.value) <= 1e-6 * fmax(1.0, fabs(id.value))))
-            fprintf(stderr,
-                    "warning: the identity plan scores %.10g now; %s recorded %s (another build or "
-                    "machine?): its rows were measured against that\n",
-                    id.value, o->out, rec);
-    } else {
-        rp_scan_csv_set(&job->csv, "identity", false, "%.10g", id.value);
-        if (id.unc > 0) rp_scan_csv_set(&job->csv, "identity-unc", false, "%.6g", id.unc);
-        if (id.accuracy >= 0)
-            rp_scan_csv_set(&job->csv, "identity-accuracy", false, "%.6g", id.accuracy);
-    }
-    if (g_verbosity > 0) {
-        fprintf(stderr, "identity: %s %.6f", rp_scan_metric_name(o->metric), id.value);
-        if (id.unc > 0) fprintf(stderr, " +/- %.5f", id.unc);
-        if (id.accuracy >= 0) fprintf(stderr, ", accuracy %.2f%%", 100 * id.accuracy);
-        fprintf(stderr, " in %.2f s\n", id.seconds);
-    }
-    return rp_scan_csv_write(o->out, &job->csv);
-}
-
-/* One line per finished block, with the time left. */
-static void say_block(const scan_job *job, scan_progress *prog, int bi, int bj,
-                      const rp_scan_result *r) {
-    if (g_verbosity <= 0) return;
-    const double el = now_s() - prog->t0;
-    const double left =
-        prog->units_done > 0 ? el / prog->units_done * (prog->units_total - prog->units_done) : 0;
-    char eta[32];
-    fmt_duration(eta, sizeof eta, left);
-    progress_done(&prog->pr);
-    fprintf(stderr, "[%d/%d] block %d,%d (+%d): %s %.6f (%+.6f)", prog->done, prog->total, bi, bj,
-            bj - bi, rp_scan_metric_name(job->o->metric), r->value, r->delta);
-    if (r->accuracy >= 0) fprintf(stderr, ", accuracy %.2f%%", 100 * r->accuracy);
-    fprintf(stderr, " in %.2f s, %s left\n", r->seconds, eta);
-}
-
-/* Every block not in the CSV yet, each row written as it finishes. */
-static rp_status run_blocks(scan_job *job, rp_scan *scan, scan_progress *prog, scan_stats *st) {
-    const double t0 = now_s();
-    int held = -1;
-    for (int b = 0; b < job->n_blocks; b++) {
-        const int bi = job->blocks[b].i, bj = job->blocks[b].j;
-        if (rp_scan_csv_find(&job->csv, bi, bj)) continue;
-        prog->units_now = block_units(job->n_layer, bi, bj, st->reusing, &held);
-        rp_scan_result r;
-        rp_status s = rp_scan_block_eval(scan, bi, bj, &r);
-        if (s) return s;
-        prog->units_done += prog->units_now;
-        prog->done++;
-        st->n_run++;
-        rp_scan_row row = {bi, bj, bj - bi, r.value, r.delta, r.seconds};
-        if ((s = rp_scan_csv_add(&job->csv, &row)) ||
-            (s = rp_scan_csv_write(job->o->out, &job->csv)))
-            return s;
-        snprintf(prog->last, sizeof prog->last, "%d,%d %s %+.4g", bi, bj,
-                 rp_scan_metric_name(job->o->metric), r.delta);
-        say_block(job, prog, bi, bj, &r);
-    }
-    st->t_scan = now_s() - t0;
-    st->steps = rp_scan_steps_run(scan);
-    return RP_OK;
-}
-
-/* The identity and the blocks to run, Ctrl-C stopping cleanly between decodes. */
-static bool scan_execute(scan_job *job, scan_stats *st) {
-    const scan_opts *o = job->o;
-    scan_progress prog;
-    memset(&prog, 0, sizeof prog);
-    const rp_scan_params sp = {
-        .metric = o->metric,
-        .n_threads = o->mo.n_threads,
-        .type_k = o->mo.type_k,
-        .type_v = o->mo.type_v,
-        .n_batch = o->n_batch,
-        .reuse = !o->no_reuse,
-        .progress = on_progress,
-        .progress_user = &prog,
-    };
-    rp_scan *scan = NULL;
-    rp_status s = rp_scan_new(job->model, &job->set, &sp, &scan);
-    if (s) return tool_fail(job->cmd, s), false;
-    st->reusing = rp_scan_reusing(scan);
-    if (!o->no_reuse && !st->reusing && g_verbosity > 0)
-        fprintf(stderr, "scan: the %s forward pass runs whole plans only: no prefix reuse\n",
-                rp_model_arch(job->model));
-    /* the work ahead, in plan steps per token */
-    int held = -1;
-    prog.units_now = prog.units_total = job->n_layer;
-    for (int b = 0; b < job->n_blocks; b++)
-        if (!rp_scan_csv_find(&job->csv, job->blocks[b].i, job->blocks[b].j))
-            prog.units_total +=
-                block_units(job->n_layer, job->blocks[b].i, job->blocks[b].j, st->reusing, &held);
-    prog.total = job->n_todo;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sa.sa_flags = SA_RESETHAND; /* a second signal ends the process at once */
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    progress_init(&prog.pr, job->cmd);
-    prog.t0 = now_s();
-    s = run_identity(job, scan, &prog, st);
-    if (!s) s = run_blocks(job, scan, &prog, st);
-    progress_done(&prog.pr);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    rp_scan_free(scan);
-    st->interrupted = s == RP_ERR_CANCELLED;
-    if (st->interrupted)
-        fprintf(stderr,
-                "reprise scan: interrupted; %s holds %d of the %d blocks; run the same command to "
-                "continue\n",
-                o->out, job->n_blocks - job->n_todo + st->n_run, job->n_blocks);
-    else if (s)
-        tool_fail(job->cmd, s);
-    return !s || st->interrupted;
-}
-
 /* ---- report ------------------------------------------------------------------------ */
 
-static void print_best(const scan_job *job, const rp_scan_row *rows, int n_rows, int sign) {
-    const char *metric = rp_scan_metric_name(job->o->metric);
-    int *order = malloc(((size_t)n_rows + 1) * sizeof *order), n_order = 0;
+static void plan_label(const rp_scan_row *r, char *buf, size_t n) {
+    if (strchr(r->plan, ';'))
+        snprintf(buf, n, "%s", r->plan);
+    else
+        snprintf(buf, n, "%d,%d", r->i, r->j);
+}
+
+static void print_best(const scan_view *v, int sign) {
+    const char *metric = rp_scan_metric_name(v->metric);
+    int *order = malloc(((size_t)v->n_all + 1) * sizeof *order), n_order = 0;
     if (!order) return;
-    rp_scan_rank(rows, n_rows, sign, order, &n_order);
-    const int n_best = job->o->n_best;
-    const int shown = n_order < (n_best > 5 ? n_best : 5) ? n_order : (n_best > 5 ? n_best : 5);
-    printf("best blocks:\n  rank  block  extra  %-10s  delta\n", metric);
+    rp_scan_rank(v->all, v->n_all, sign, order, &n_order);
+    const int lim = v->n_best > 5 ? v->n_best : 5;
+    const int shown = n_order < lim ? n_order : lim;
+    printf("best %s:\n  rank  %-9s  extra  %-10s  delta\n",
+           v->n_all > v->n_cells ? "plans" : "blocks", v->n_all > v->n_cells ? "plan" : "block",
+           metric);
     for (int t = 0; t < shown; t++) {
-        const rp_scan_row *r = &rows[order[t]];
-        char blk[32];
-        snprintf(blk, sizeof blk, "%d,%d", r->i, r->j);
-        printf("  %4d  %-5s  %5d  ", t + 1, blk, r->extra);
-        print_value(job->o->metric, r->value);
+        const rp_scan_row *r = &v->all[order[t]];
+        char blk[RP_SCAN_PLAN_LEN];
+        plan_label(r, blk, sizeof blk);
+        printf("  %4d  %-9s  %5d  ", t + 1, blk, r->extra);
+        print_value(v->metric, r->value);
         printf("  %+.6f\n", r->delta);
     }
     free(order);
 }
 
-static void print_pareto(const scan_job *job, const rp_scan_row *rows, int n_rows, int sign,
-                         int lim) {
+static void print_pareto(const scan_view *v, int sign) {
+    const int lim = v->n_layer;
     int *best = malloc(((size_t)lim + 1) * sizeof *best);
     bool *front = malloc(((size_t)lim + 1) * sizeof *front);
     if (best && front) {
-        rp_scan_pareto(rows, n_rows, sign, lim, best, front);
-        printf("\nPareto list (best block per extra-layer count; * = better than every smaller "
-               "block):\n");
-        printf("  extra  block  %-10s  delta\n", rp_scan_metric_name(job->o->metric));
+        rp_scan_pareto(v->all, v->n_all, sign, lim, best, front);
+        printf("\nPareto list (best %s per extra-layer count; * = better than every smaller "
+               "%s):\n",
+               v->n_all > v->n_cells ? "plan" : "block", v->n_all > v->n_cells ? "plan" : "block");
+        printf("  extra  %-9s  %-10s  delta\n", v->n_all > v->n_cells ? "plan" : "block",
+               rp_scan_metric_name(v->metric));
         for (int e = 1; e <= lim; e++) {
             if (best[e] < 0) continue;
-            const rp_scan_row *r = &rows[best[e]];
-            char blk[32];
-            snprintf(blk, sizeof blk, "%d,%d", r->i, r->j);
-            printf("  %5d  %-5s  ", e, blk);
-            print_value(job->o->metric, r->value);
+            const rp_scan_row *r = &v->all[best[e]];
+            char blk[RP_SCAN_PLAN_LEN];
+            plan_label(r, blk, sizeof blk);
+            printf("  %5d  %-9s  ", e, blk);
+            print_value(v->metric, r->value);
             printf("  %+.6f%s\n", r->delta, front[e] ? " *" : "");
         }
     }
@@ -525,72 +423,126 @@ static void print_pareto(const scan_job *job, const rp_scan_row *rows, int n_row
     free(front);
 }
 
-/* The heatmap (not for a scan stopped before its first block). */
-static rp_status write_heatmap(const scan_job *job, const rp_scan_row *rows, int n_rows, int sign,
-                               double identity) {
-    const scan_opts *o = job->o;
-    const char *incomplete = n_rows < job->n_blocks ? " (scan incomplete)" : "";
-    char title[200], note[256];
-    snprintf(title, sizeof title, "reprise scan: %s (%d layers), %s", base_name(o->mo.model),
-             job->n_layer,
-             o->metric == RP_SCAN_PPL   ? "perplexity"
-             : o->metric == RP_SCAN_KLD ? "KL divergence from the identity"
-                                        : "probe answer log-probability");
-    if (o->metric == RP_SCAN_PROBE)
-        snprintf(note, sizeof note, "%s: %d probes; identity %.4f nats%s", base_name(job->input),
-                 job->set.n_items, identity, incomplete);
-    else if (o->metric == RP_SCAN_PPL)
-        snprintf(note, sizeof note, "%s, c=%d x %d chunks; identity PPL %.4f%s",
-                 base_name(job->input), job->w.n_ctx, job->w.n_chunk, identity, incomplete);
+/* The heatmap (not for a scan stopped before its first block): deltas from
+ * the base plan's when there is one. */
+static rp_status write_heatmap(const scan_view *v, int sign, double identity) {
+    const char *incomplete = v->n_cells < v->n_expected ? " (scan incomplete)" : "";
+    char title[256], note[320], on[RP_SCAN_PLAN_LEN + 40] = "";
+    const char *bd = rp_scan_csv_get(v->csv, "base-delta");
+    const double base_delta = v->base.n && bd ? strtod(bd, NULL) : 0.0;
+    if (v->base.n) {
+        char spec[RP_SCAN_PLAN_LEN];
+        rp_scan_plan_format(&v->base, spec, sizeof spec);
+        snprintf(on, sizeof on, " on base %s (%+.4g)", spec, base_delta);
+    }
+    snprintf(title, sizeof title, "reprise scan: %s (%d layers), %s%s", v->model_name, v->n_layer,
+             v->metric == RP_SCAN_PPL   ? "perplexity"
+             : v->metric == RP_SCAN_KLD ? "KL divergence from the identity"
+                                        : "probe answer log-probability",
+             on);
+    if (v->metric == RP_SCAN_PROBE)
+        snprintf(note, sizeof note, "%s: %d probes; identity %.4f nats%s", v->input_name,
+                 v->n_probes, identity, incomplete);
+    else if (v->metric == RP_SCAN_PPL)
+        snprintf(note, sizeof note, "%s, c=%d x %d chunks; identity PPL %.4f%s%s", v->input_name,
+                 v->c, v->chunks, identity, v->base.n ? "; change from the base" : "", incomplete);
     else /* the identity's KLD is 0 by definition */
-        snprintf(note, sizeof note, "%s, c=%d x %d chunks%s", base_name(job->input), job->w.n_ctx,
-                 job->w.n_chunk, incomplete);
+        snprintf(note, sizeof note, "%s, c=%d x %d chunks%s%s", v->input_name, v->c, v->chunks,
+                 v->base.n ? "; change from the base" : "", incomplete);
+    rp_scan_row *cells = malloc(((size_t)v->n_cells + 1) * sizeof *cells);
+    if (!cells) return RP_ERR_NOMEM;
+    for (int k = 0; k < v->n_cells; k++) {
+        cells[k] = v->cells[k];
+        cells[k].delta -= base_delta;
+    }
     const rp_heatmap hm = {
-        .rows = rows,
-        .n_rows = n_rows,
-        .start = o->start,
-        .end = o->end,
-        .max_extra = o->max_extra,
+        .rows = cells,
+        .n_rows = v->n_cells,
+        .start = v->start,
+        .end = v->end,
+        .max_extra = v->max_extra,
         .sign = sign,
         .title = title,
         .note = note,
-        .unit = metric_caption(o->metric),
-        .n_best = o->n_best,
+        .unit = v->base.n ? "change from the base" : metric_caption(v->metric),
+        .n_best = v->n_best,
+        .base = v->base.n ? &v->base : NULL,
     };
-    return rp_heatmap_write_png(&hm, o->png_path);
+    rp_status s = rp_heatmap_write_png(&hm, v->png_path);
+    free(cells);
+    return s;
 }
 
-/* The rows of this range, best first; the Pareto list; the heatmap. */
-static bool scan_report(const scan_job *job, const scan_stats *st) {
-    const scan_opts *o = job->o;
-    rp_scan_row *rows = malloc(((size_t)job->n_blocks + 1) * sizeof *rows);
-    if (!rows) return tool_error(job->cmd, "out of memory"), false;
-    int n_rows = 0;
-    for (int b = 0; b < job->n_blocks; b++) {
-        const rp_scan_row *r = rp_scan_csv_find(&job->csv, job->blocks[b].i, job->blocks[b].j);
-        if (r) rows[n_rows++] = *r;
-    }
-    const int sign = rp_scan_metric_sign(o->metric);
-    const char *idv = rp_scan_csv_get(&job->csv, "identity");
+bool scan_view_report(const scan_view *v) {
+    const int sign = rp_scan_metric_sign(v->metric);
+    const char *idv = rp_scan_csv_get(v->csv, "identity");
     const double identity = idv ? strtod(idv, NULL) : NAN;
-    if (!st->interrupted) {
-        const char *metric = rp_scan_metric_name(o->metric);
+    if (v->print_lists) {
+        const char *metric = rp_scan_metric_name(v->metric);
         printf("identity plan: %s %.6f\n", metric, identity);
-        printf("%d blocks, %s is %s\n\n", n_rows, metric,
+        const char *bv = rp_scan_csv_get(v->csv, "base-value");
+        if (v->base.n && bv) {
+            char spec[RP_SCAN_PLAN_LEN];
+            rp_scan_plan_format(&v->base, spec, sizeof spec);
+            printf("base plan %s: %s %s (delta %s)\n", spec, metric, bv,
+                   rp_scan_csv_get(v->csv, "base-delta"));
+        }
+        printf("%d %s, %s is %s\n\n", v->n_all, v->n_all > v->n_cells ? "plans" : "blocks", metric,
                sign > 0 ? "higher = better" : "lower = better");
-        print_best(job, rows, n_rows, sign);
-        print_pareto(job, rows, n_rows, sign, o->max_extra ? o->max_extra : o->end - o->start);
+        print_best(v, sign);
+        print_pareto(v, sign);
     }
     rp_status s =
-        n_rows || !st->interrupted ? write_heatmap(job, rows, n_rows, sign, identity) : RP_OK;
+        !v->no_png && (v->n_cells || v->print_lists) ? write_heatmap(v, sign, identity) : RP_OK;
+    if (s) return tool_fail(v->cmd, s), false;
+    return true;
+}
+
+/* The rows of this scan's plans; the lists; the heatmap; the timing. */
+static bool scan_report(const scan_job *job, const scan_stats *st) {
+    const scan_opts *o = job->o;
+    rp_scan_row *rows = malloc(((size_t)job->n_cands + 1) * sizeof *rows);
+    if (!rows) return tool_error(job->cmd, "out of memory"), false;
+    int n_rows = 0, n_cells = 0;
+    for (int k = 0; k < job->n_cands; k++) {
+        const rp_scan_row *r = rp_scan_csv_find_plan(&job->csv, job->cands[k].spec);
+        if (!r) continue;
+        rows[n_rows++] = *r;
+        n_cells += k < job->n_first;
+    }
+    /* the first round's rows come first: they are the cells */
+    const scan_view v = {
+        .cmd = job->cmd,
+        .csv = &job->csv,
+        .metric = o->metric,
+        .model_name = base_name(o->mo.model),
+        .input_name = base_name(job->input),
+        .png_path = o->png_path,
+        .n_layer = job->n_layer,
+        .start = o->start,
+        .end = o->end,
+        .max_extra = o->max_extra,
+        .n_best = o->n_best,
+        .base = job->base,
+        .cells = rows,
+        .n_cells = n_cells,
+        .n_expected = job->n_first,
+        .all = rows,
+        .n_all = n_rows,
+        .c = job->w.n_ctx,
+        .chunks = job->w.n_chunk,
+        .n_probes = job->set.n_items,
+        .print_lists = !st->interrupted,
+    };
+    const bool ok = scan_view_report(&v);
     free(rows);
-    if (s) return tool_fail(job->cmd, s), false;
+    if (!ok) return false;
     if (g_verbosity > 0) {
         fprintf(stderr, "wrote %s and %s\n", o->out, o->png_path);
         if (st->n_run)
             fprintf(stderr,
-                    "timing: identity %.2f s, %d blocks %.2f s (%.3f s per block), prefix reuse "
-                    "%s: %.1f layer steps per token per block\n",
+                    "timing: identity %.2f s, %d plans %.2f s (%.3f s per plan), prefix reuse "
+                    "%s: %.1f layer steps per token per plan\n",
                     st->t_identity, st->n_run, st->t_scan, st->t_scan / st->n_run,
                     st->reusing ? "on" : "off",
                     job->set.n_rows
@@ -601,6 +553,7 @@ static bool scan_report(const scan_job *job, const scan_stats *st) {
 }
 
 int cmd_scan(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "merge")) return cmd_scan_merge(argc - 1, argv + 1);
     const char *cmd = "scan";
     scan_opts o;
     memset(&o, 0, sizeof o);
@@ -612,11 +565,12 @@ int cmd_scan(int argc, char **argv) {
     rc = scan_load(&job);
     if (!rc) rc = scan_settings(&job) ? 0 : 1;
     if (g_verbosity > 0 && !rc) say_workload(&job);
-    if (!rc && job.n_todo > 0 && !scan_execute(&job, &st)) rc = 1;
+    if (!rc && !scan_execute(&job, &st)) rc = 1;
     if (!rc) rc = !scan_report(&job, &st) ? 1 : st.interrupted ? 130 : 0;
     rp_scan_csv_free(&job.csv);
     rp_scan_set_free(&job.set);
     free(job.blocks);
+    free(job.cands);
     free(job.toks);
     free(job.text);
     free(o.png_alloc);

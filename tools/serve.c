@@ -45,8 +45,19 @@ srv_server *srv_req_server(srv_req *r) {
 
 /* ---- replies ---------------------------------------------------------------- */
 
+/* --cors: the headers a browser on another origin needs. */
+static void add_cors(const srv_server *srv, struct MHD_Response *resp) {
+    if (!srv->cors) return;
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", srv->cors);
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+    MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    if (strcmp(srv->cors, "*")) MHD_add_response_header(resp, "Vary", "Origin");
+}
+
 static enum MHD_Result queue(srv_req *r, unsigned status, struct MHD_Response *resp) {
     if (!resp) return MHD_NO;
+    add_cors(r->srv, resp);
     if (atomic_load(&r->srv->stopping))
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
@@ -73,6 +84,15 @@ enum MHD_Result srv_reply_json(srv_req *r, unsigned status, json_t *body) {
         return MHD_NO;
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    return queue(r, status, resp);
+}
+
+enum MHD_Result srv_reply_text(srv_req *r, unsigned status, const char *type, const char *text,
+                               size_t n) {
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(n, (void *)text, MHD_RESPMEM_MUST_COPY);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
     return queue(r, status, resp);
 }
 
@@ -244,7 +264,13 @@ typedef struct route {
 } route;
 
 static const route g_routes[] = {
+    {"GET", "/", api_page, false, false},
+    {"GET", "/index.html", api_page, false, false},
     {"GET", "/health", api_health, false, false},
+    {"GET", "/metrics", api_metrics, true, false},
+    {"GET", "/slots", api_slots, true, false},
+    {"POST", "/apply-template", api_apply_template, true, true},
+    {"GET", "/models", api_models, true, false},
     {"GET", "/v1/models", api_models, true, false},
     {"GET", "/props", api_props, true, false},
     {"POST", "/v1/completions", api_completions, true, true},
@@ -277,6 +303,12 @@ static enum MHD_Result dispatch(srv_req *r) {
             path_known = true;
             if (!strcmp(g_routes[i].method, r->method)) rt = &g_routes[i];
         }
+    if (!rt && path_known && !strcmp(r->method, "OPTIONS")) { /* a CORS preflight */
+        struct MHD_Response *resp =
+            MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+        if (resp) MHD_add_response_header(resp, "Allow", "GET, POST, OPTIONS");
+        return queue(r, 204, resp);
+    }
     if (!rt && path_known)
         return srv_reply_error(r, 405, "invalid_request_error", "method_not_allowed",
                                "%s is not allowed on %s", r->method, r->url);
@@ -567,7 +599,8 @@ static bool parse_plan_arg(const char *cmd, const char *arg, const model_opts *m
 typedef struct serve_opts {
     model_opts mo;
     spec_opts so;
-    const char *host, *api_key, *alias, *chat_template;
+    const char *host, *api_key, *alias, *cors;
+    tmpl_opts to;
     int port, n_parallel;
     int conn_limit, conn_limit_ip;
     float timeout, grace, header_timeout;
@@ -577,9 +610,6 @@ typedef struct serve_opts {
 } serve_opts;
 
 static int serve_parse(const char *cmd, serve_opts *o, int argc, char **argv) {
-    char template_help[512];
-    snprintf(template_help, sizeof template_help, "chat template: %s (default: the model's own)",
-             rp_chat_names());
     const arg_opt opts[] = {
         {"--host", ARG_STR, &o->host, "ADDR",
          "address to listen on (default 127.0.0.1: loopback only)"},
@@ -595,7 +625,8 @@ static int serve_parse(const char *cmd, serve_opts *o, int argc, char **argv) {
          "largest request body accepted (default 4194304)"},
         {"-a|--alias", ARG_STR, &o->alias, "NAME",
          "model id in /v1/models and the 'model' field (default: file name)"},
-        {"--chat-template", ARG_STR, &o->chat_template, "NAME", template_help},
+        {"--cors", ARG_STR, &o->cors, "ORIGIN",
+         "allow browsers on ORIGIN ('*': any) to call the API (CORS headers, OPTIONS)"},
         {"--grace", ARG_FLOAT, &o->grace, "S",
          "on SIGTERM, seconds running requests get to finish (default 10)"},
         {"--conn-limit", ARG_INT, &o->conn_limit, "N",
@@ -612,20 +643,24 @@ static int serve_parse(const char *cmd, serve_opts *o, int argc, char **argv) {
         {0},
     };
     /* the model options but --plan, which reads differently here */
-    const arg_opt *tables[] = {opts, model_opts_table(&o->mo, MO_SPEC | MO_PLAN_FORCE | MO_DUMP),
+    const arg_opt *tables[] = {opts, tmpl_opts_table(&o->to),
+                               model_opts_table(&o->mo, MO_SPEC | MO_PLAN_FORCE | MO_DUMP),
                                spec_opts_table(&o->so), NULL};
-    const char *const epilog[] = {g_plan_help, g_spec_help, NULL};
+    char templates[512];
+    snprintf(templates, sizeof templates, "chat templates (built-in families): %s",
+             rp_chat_names());
+    const char *const epilog[] = {templates, g_plan_help, g_spec_help, NULL};
     const arg_spec spec = {
         .cmd = cmd,
         .usage = "reprise serve -m MODEL [--repeat-layers SPEC] [--plan NAME=SPEC ...] [--parallel "
                  "N] [--port N] [options]",
         .description =
-            "An OpenAI-compatible HTTP server: GET /health, /v1/models, /props; POST "
-            "/v1/completions,\n/v1/chat/completions (stream: true for server-sent events), "
-            "llama.cpp's /completion,\n/tokenize and /detokenize. Every slot runs the plan over "
-            "the "
-            "one copy of the weights.\nSIGTERM stops accepting, lets running requests finish "
-            "(--grace) and exits 0.\n\n"
+            "An OpenAI-compatible HTTP server: a chat page at /; GET /health, /v1/models, /props, "
+            "/metrics,\n/slots; POST /v1/completions, /v1/chat/completions (stream: true for "
+            "server-sent events),\nllama.cpp's /completion, /tokenize, /detokenize and "
+            "/apply-template. Every slot runs the plan\nover the one copy of the weights. "
+            "SIGTERM stops accepting, lets running requests finish\n(--grace) and exits 0. With "
+            "one model, any \"model\" name is served; with several, the name picks\none.\n\n"
             "Several plans, one copy of the weights: the model (with --repeat-layers/--layer-map "
             "if\ngiven) is served under its file name (or -a NAME), and each --plan as another "
             "model:\n"
@@ -702,20 +737,21 @@ static bool add_plan_entry(const char *cmd, const serve_opts *o, const rp_model 
 
 /* A template that cannot render now will not render later: say so once
  * (an explicit --chat-template that does not render is an error: false). */
-static bool check_chat_template(const char *cmd, srv_server *srv) {
-    rp_chat_msg probe = {"user", "hi"};
-    char *out = NULL;
-    rp_status s = rp_chat_apply(srv->model, srv->chat_template, &probe, 1, true, &out);
-    free(out);
-    srv->chat_ok = s == RP_OK;
-    if (srv->chat_ok) return true;
-    snprintf(srv->chat_err, sizeof srv->chat_err, "%s", rp_last_error());
-    if (srv->chat_template) {
-        tool_error(cmd, "--chat-template: %s", srv->chat_err);
-        return false;
+static bool check_chat_template(const char *cmd, const serve_opts *o, srv_server *srv) {
+    if (tmpl_opts_given(&o->to)) { /* an explicit template that does not render is an error */
+        if (!tool_check_template(cmd, &o->mo, &o->to, &srv->tmpl)) return false;
+        srv->chat_ok = true;
+        return true;
     }
-    if (g_verbosity > 0)
-        fprintf(stderr, "serve: /v1/chat/completions is unavailable: %s\n", srv->chat_err);
+    /* the model's own: without one, chat is unavailable and the rest still served */
+    srv->chat_ok = tool_check_template_err(cmd, &o->mo, &o->to, &srv->tmpl, srv->chat_err,
+                                           sizeof srv->chat_err);
+    if (!srv->chat_ok) {
+        if (g_verbosity > 0)
+            fprintf(stderr, "serve: /v1/chat/completions is unavailable: %s\n", srv->chat_err);
+    } else if (g_verbosity > 0) {
+        fprintf(stderr, "serve: chat template: %s\n", srv->tmpl.what);
+    }
     return true;
 }
 
@@ -736,7 +772,8 @@ static struct MHD_Daemon *serve_start(const char *cmd, const serve_opts *o, srv_
         return NULL;
     }
     unsigned idle = o->timeout > 0 && o->timeout < 600 ? (unsigned)o->timeout + 1 : 600;
-    /* the connection layer accepts and hands sockets to the daemon */
+    /* the connection layer accepts and hands sockets to the daemon; the logger is
+     * the first option: libmicrohttpd warns about options read before it */
     const srv_conn_opts co = {.max_conns = o->conn_limit,
                               .max_per_ip = o->conn_limit_ip,
                               .header_timeout = o->header_timeout};
@@ -746,11 +783,11 @@ static struct MHD_Daemon *serve_start(const char *cmd, const serve_opts *o, srv_
                 : MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
                                        MHD_USE_ITC | MHD_USE_POLL | MHD_USE_ERROR_LOG |
                                        MHD_USE_NO_LISTEN_SOCKET,
-                                   0, NULL, NULL, on_request, srv, MHD_OPTION_NOTIFY_COMPLETED,
-                                   on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, srv_conn_notify,
-                                   g_conn, MHD_OPTION_CONNECTION_TIMEOUT, idle,
-                                   MHD_OPTION_CONNECTION_LIMIT, (unsigned)(2 * o->conn_limit + 16),
-                                   MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+                                   0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER,
+                                   mhd_log, NULL, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+                                   MHD_OPTION_NOTIFY_CONNECTION, srv_conn_notify, g_conn,
+                                   MHD_OPTION_CONNECTION_TIMEOUT, idle, MHD_OPTION_CONNECTION_LIMIT,
+                                   (unsigned)(2 * o->conn_limit + 16), MHD_OPTION_END);
     if (d && !srv_conn_start(g_conn, d)) {
         MHD_stop_daemon(d);
         d = NULL;
@@ -815,7 +852,8 @@ static void server_init(srv_server *srv, const serve_opts *o, rp_model *model, s
     srv->entries = entries;
     srv->n_entries = n_entries;
     srv->api_key = o->api_key;
-    srv->chat_template = o->chat_template;
+    srv->chat_template = o->to.name;
+    srv->cors = o->cors;
     srv->timeout = o->timeout;
     srv->max_body = (size_t)o->max_body;
     srv->n_batch = o->mo.n_batch ? (int)o->mo.n_batch : 512;
@@ -855,7 +893,17 @@ int cmd_serve(int argc, char **argv) {
 
     rp_model *model;
     rp_context *ctx;
-    if (!tool_load(cmd, &o.mo, (uint32_t)o.n_parallel, &model, &ctx, &rc)) return rc;
+    srv_server srv;
+    server_init(&srv, &o, NULL, NULL, 0);
+    if (!check_chat_template(cmd, &o, &srv)) return 2; /* before the weights load */
+    chat_tmpl tmpl = srv.tmpl;
+    const bool chat_ok = srv.chat_ok;
+    char chat_err[256];
+    memcpy(chat_err, srv.chat_err, sizeof chat_err);
+    if (!tool_load(cmd, &o.mo, (uint32_t)o.n_parallel, &model, &ctx, &rc)) {
+        chat_tmpl_free(&tmpl);
+        return rc;
+    }
 
     /* entry 0: the model as loaded; then one entry per --plan, each its own
      * context (plan, KV, slots) over the same rp_model: the weights are mapped once */
@@ -876,7 +924,6 @@ int cmd_serve(int argc, char **argv) {
         .description = "",
     };
     rc = 1;
-    srv_server srv;
     struct MHD_Daemon *d = NULL;
     bool ok = true;
     for (int i = 0; ok && i < o.plans.n; i++)
@@ -888,9 +935,12 @@ int cmd_serve(int argc, char **argv) {
         ok = (entries[i].spec = spec_open(cmd, &o.so, entries[i].ctx, label)) != NULL;
     }
     server_init(&srv, &o, model, entries, n_entries);
-    if (ok && !check_chat_template(cmd, &srv)) {
-        ok = false;
-        rc = 2;
+    srv.tmpl = tmpl;
+    srv.chat_ok = chat_ok;
+    memcpy(srv.chat_err, chat_err, sizeof chat_err);
+    if (ok) {
+        rp_status gs = rp_grammar_vocab_new(rp_model_vocab(model), &srv.gv);
+        if (gs) ok = tool_fail(cmd, gs) == 0;
     }
     if (ok && (d = serve_start(cmd, &o, &srv))) {
         serve_until_signal(&srv, d, &sigs, o.grace);
@@ -900,6 +950,8 @@ int cmd_serve(int argc, char **argv) {
     srv_conn_free(g_conn);
     g_conn = NULL;
     srv_engine_free(srv.engine);
+    rp_grammar_vocab_free(srv.gv);
+    chat_tmpl_free(&srv.tmpl);
     for (int i = 0; i < n_entries; i++) rp_spec_free(entries[i].spec); /* before their targets */
     for (int i = n_entries - 1; i >= 1; i--)
         rp_context_free(entries[i].ctx); /* they borrow entry 0's threads */

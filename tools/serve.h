@@ -4,6 +4,7 @@
 #ifndef RP_SERVE_H
 #define RP_SERVE_H
 
+#include "chat_tmpl.h"
 #include "serve_engine.h"
 #include "tools.h"
 
@@ -24,6 +25,9 @@ typedef struct srv_server {
     srv_engine *engine;
     const char *api_key;       /* NULL: no authentication */
     const char *chat_template; /* --chat-template, or NULL: the model's own */
+    chat_tmpl tmpl;            /* the template requests are rendered with */
+    rp_grammar_vocab *gv;      /* the model's token texts, for request grammars */
+    const char *cors;          /* --cors ORIGIN, or NULL: no CORS headers */
     bool chat_ok;              /* the chat template rendered at startup */
     char chat_err[256];        /* why not */
     double timeout;            /* seconds per request, 0 = none */
@@ -69,5 +73,16 @@ enum MHD_Result api_chat(srv_req *r, json_t *body);
 enum MHD_Result api_native_completion(srv_req *r, json_t *body);
 enum MHD_Result api_tokenize(srv_req *r, json_t *body);
 enum MHD_Result api_detokenize(srv_req *r, json_t *body);
+enum MHD_Result api_apply_template(srv_req *r, json_t *body);
+enum MHD_Result api_metrics(srv_req *r, json_t *body);
+enum MHD_Result api_slots(srv_req *r, json_t *body);
+/* The table of request fields and how each is handled (serve_api.c). */
+json_t *api_fields_json(void);
+
+/* A reply with a body of the given type (text is copied). */
+enum MHD_Result srv_reply_text(srv_req *r, unsigned status, const char *type, const char *text,
+                               size_t n);
+/* The chat page (serve_page.c, generated from tools/web/chat.html). */
+enum MHD_Result api_page(srv_req *r, json_t *body);
 
 #endif

@@ -24,8 +24,9 @@ typedef struct srv_slot {
     int32_t tok;
     int row; /* batch row whose logits this slot samples from, or -1 */
     int n_gen;
-    tbuf text;   /* generated text, raw bytes */
-    size_t sent; /* bytes of text already published to the task */
+    tbuf text;     /* generated text, raw bytes */
+    size_t sent;   /* bytes of text already published to the task */
+    srv_prob prob; /* the log-probabilities of the token being published */
 } srv_slot;
 
 struct srv_engine {
@@ -39,6 +40,7 @@ struct srv_engine {
     srv_task *q_head, *q_tail;
     int n_queued, n_busy;
     uint64_t n_admitted;
+    srv_metrics met; /* under the lock */
     bool stopping;
     double grace_until;
     /* batch buffers (engine thread) */
@@ -137,10 +139,18 @@ srv_task *srv_task_new(void) {
 static void task_unref_locked(srv_task *t) {
     if (--t->refs > 0) return;
     for (int i = 0; i < t->n_stop; i++) free(t->stop[i]);
+    for (int i = 0; i < t->n_breakers; i++) free(t->breakers[i]);
+    free(t->breakers);
+    free(t->samplers);
+    free(t->bias_tok);
+    free(t->bias);
+    rp_grammar_free(t->grammar);
     free(t->prompt);
     tbuf_free(&t->out);
     tbuf_free(&t->tokens);
     tbuf_free(&t->marks);
+    tbuf_free(&t->mark_toks);
+    tbuf_free(&t->probs);
     pthread_cond_destroy(&t->cv);
     free(t);
 }
@@ -217,6 +227,51 @@ void srv_engine_counts(srv_engine *e, int *busy, int *queued) {
     *busy = e->n_busy;
     *queued = e->n_queued;
     pthread_mutex_unlock(&e->mu);
+}
+
+void srv_engine_metrics(srv_engine *e, srv_metrics *m) {
+    pthread_mutex_lock(&e->mu);
+    *m = e->met;
+    m->busy = e->n_busy;
+    m->queued = e->n_queued;
+    pthread_mutex_unlock(&e->mu);
+}
+
+int srv_engine_slots(srv_engine *e, srv_slot_info *out, int max) {
+    int n = 0;
+    pthread_mutex_lock(&e->mu);
+    for (int i = 0; i < e->n_entries; i++)
+        for (int k = 0; k < e->entries[i].n_slot; k++, n++) {
+            if (n >= max) continue;
+            const srv_slot *s = &e->entries[i].slots[k];
+            const srv_task *t = s->task;
+            out[n] = (srv_slot_info){.entry = i,
+                                     .id = k,
+                                     .busy = t != NULL,
+                                     .n_prompt = t ? t->n_prompt : 0,
+                                     .n_gen = t ? t->n_gen : 0,
+                                     .n_predict = t ? t->n_predict : -1,
+                                     .sp = t ? t->sp : rp_sampler_default_params(),
+                                     .t_start = t ? t->t_start : 0};
+        }
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
+/* What rp_sampler_params does not carry: the bias, DRY's vocabulary. */
+typedef struct sampler_setup {
+    const srv_task *t;
+    const rp_vocab *vocab;
+} sampler_setup;
+
+static rp_status setup_sampler(rp_sampler *smp, void *user) {
+    const sampler_setup *u = user;
+    const srv_task *t = u->t;
+    rp_status st = rp_sampler_set_logit_bias(smp, t->bias_tok, t->bias, (size_t)t->n_bias);
+    if (!st && t->sp.dry_multiplier > 0)
+        st = rp_sampler_set_vocab(smp, u->vocab, (const char *const *)t->breakers,
+                                  (size_t)t->n_breakers);
+    return st;
 }
 
 /* ---- slots ------------------------------------------------------------------ */
@@ -314,6 +369,12 @@ static void admit_locked(srv_engine *e) {
             continue;
         }
         s->smp = rp_sampler_new(&t->sp, rp_n_vocab(en->ctx));
+        sampler_setup su = {t, rp_model_vocab(rp_context_model(en->ctx))};
+        if (s->smp && setup_sampler(s->smp, &su)) {
+            rp_sampler_free(s->smp);
+            s->smp = NULL;
+        }
+        if (s->smp) rp_sampler_set_grammar(s->smp, t->grammar);
         if (!s->smp) {
             task_fail_locked(t, 500, "server_error", "internal_error",
                              "out of memory creating the sampler");
@@ -364,11 +425,14 @@ static void publish(srv_engine *e, srv_entry *en, srv_slot *s, int32_t tok, srv_
     }
     pthread_mutex_lock(&e->mu);
     bool ok = true;
-    if (end > s->sent) {
+    if (ok && tok >= 0) ok = tbuf_add(&t->tokens, &tok, sizeof tok);
+    if (ok && tok >= 0 && t->want_probs) ok = tbuf_add(&t->probs, &s->prob, sizeof s->prob);
+    if (ok && end > s->sent) {
         ok = utf8_append_valid(&t->out, s->text.data + s->sent, end - s->sent);
         if (ok) ok = tbuf_add(&t->marks, &t->out.len, sizeof t->out.len);
+        const size_t n_tok = t->tokens.len / sizeof(int32_t);
+        if (ok) ok = tbuf_add(&t->mark_toks, &n_tok, sizeof n_tok);
     }
-    if (ok && tok >= 0) ok = tbuf_add(&t->tokens, &tok, sizeof tok);
     s->sent = end;
     t->n_gen = s->n_gen;
     if (!t->t_prompt) t->t_prompt = now_s();
@@ -380,13 +444,31 @@ static void publish(srv_engine *e, srv_entry *en, srv_slot *s, int32_t tok, srv_
         t->stop_index = stop_index;
         t->done = true;
         t->t_end = now_s();
+        e->met.prompt_tokens += (uint64_t)t->n_prompt;
+        e->met.prompt_seconds += t->t_prompt - t->t_start;
+        e->met.tokens_predicted += (uint64_t)t->n_gen;
+        e->met.predicted_seconds += t->t_end - t->t_prompt;
+        e->met.drafted += (uint64_t)t->n_drafted;
+        e->met.accepted += (uint64_t)t->n_accepted;
     }
+    if (fin != SRV_FIN_NONE) e->met.requests++;
     pthread_cond_broadcast(&t->cv);
     if (fin != SRV_FIN_NONE) slot_release_locked(e, en, s);
     pthread_mutex_unlock(&e->mu);
 }
 
 static void on_token(srv_engine *e, srv_entry *en, srv_slot *s, int32_t tok, int cached);
+static void fail_slot(srv_engine *e, srv_entry *en, srv_slot *s, const char *what);
+
+/* The log-probabilities of tok, drawn from logits (or by smp, after its stages). */
+static void record_probs(srv_slot *s, const srv_task *t, const float *logits, int n_vocab,
+                         const rp_sampler *smp, int32_t tok) {
+    if (!t->want_probs) return;
+    s->prob.tok = tok;
+    s->prob.n_top =
+        smp ? rp_sampler_last_logprobs(smp, tok, &s->prob.lp, s->prob.top, t->n_probs)
+            : rp_logits_logprobs(logits, n_vocab, tok, &s->prob.lp, s->prob.top, t->n_probs);
+}
 
 /* The slot's logits are ready: sample, extend the text, look for the end. */
 static void on_logits(srv_engine *e, srv_entry *en, srv_slot *s, const float *logits) {
@@ -396,7 +478,20 @@ static void on_logits(srv_engine *e, srv_entry *en, srv_slot *s, const float *lo
         return;
     }
     int32_t tok = rp_sampler_sample(s->smp, logits);
-    rp_sampler_accept(s->smp, tok);
+    if (tok < 0) { /* only a grammar can allow nothing */
+        pthread_mutex_lock(&e->mu);
+        task_fail_locked(t, 500, "server_error", "grammar_dead_end",
+                         "the grammar allows no token here (it cannot end, and no token "
+                         "continues it)");
+        slot_release_locked(e, en, s);
+        pthread_mutex_unlock(&e->mu);
+        return;
+    }
+    if (rp_sampler_accept_sampled(s->smp, tok)) {
+        fail_slot(e, en, s, "grammar");
+        return;
+    }
+    record_probs(s, t, logits, rp_n_vocab(en->ctx), t->post_probs ? s->smp : NULL, tok);
     on_token(e, en, s, tok, rp_kv_seq_len(en->ctx, s->seq));
 }
 
@@ -461,6 +556,16 @@ static bool grow_batch(srv_engine *e, size_t n) {
     return true;
 }
 
+/* A decode of entry en, for /metrics. */
+static void count_decode(srv_engine *e, const srv_entry *en) {
+    int busy = 0;
+    for (int k = 0; k < en->n_slot; k++) busy += en->slots[k].task != NULL;
+    pthread_mutex_lock(&e->mu);
+    e->met.n_decode++;
+    e->met.busy_per_decode += (uint64_t)busy;
+    pthread_mutex_unlock(&e->mu);
+}
+
 /* Fails every task that has a token in the current batch. */
 static void fail_batch(srv_engine *e, srv_entry *en, int status, const char *msg) {
     pthread_mutex_lock(&e->mu);
@@ -503,6 +608,11 @@ static void step_entry_spec(srv_engine *e, srv_entry *en) {
         srv_task *t = first->task;
         int c = SRV_MIN(t->n_prompt - first->n_fed, budget);
         rp_status st = first->n_fed == 0 ? rp_spec_seq_reset(en->spec, first->seq, &t->sp) : RP_OK;
+        sampler_setup su = {t, rp_model_vocab(rp_context_model(en->ctx))};
+        if (!st && first->n_fed == 0)
+            st = rp_spec_seq_set_grammar(en->spec, first->seq, t->grammar);
+        if (!st && first->n_fed == 0)
+            st = rp_spec_seq_each_sampler(en->spec, first->seq, setup_sampler, &su);
         if (!st) st = rp_spec_seq_feed(en->spec, first->seq, t->prompt + first->n_fed, c);
         if (st) {
             fail_slot(e, en, first, "prompt failed");
@@ -547,6 +657,7 @@ static void step_entry_spec(srv_engine *e, srv_entry *en) {
     }
     if (n == 0) return;
     rp_batch b = {.n_tokens = (int32_t)n, .token = e->tok, .seq_id = e->seq, .logits = e->want};
+    count_decode(e, en);
     if (rp_decode(en->ctx, &b)) {
         for (int k = 0; k < en->n_slot; k++)
             if (en->slots[k].task && en->slots[k].row >= 0)
@@ -571,7 +682,12 @@ static void step_entry_spec(srv_engine *e, srv_entry *en) {
         /* the spec holds every token of the sequence, the newest included: token i
          * sits at position first + i, where plain decoding holds first + i positions */
         const int first = rp_spec_seq_len(en->spec, s->seq) - c;
-        for (int i = 0; i < c && s->task; i++) on_token(e, en, s, out[i], first + i);
+        for (int i = 0; i < c && s->task; i++) {
+            /* token i was drawn from the logits of verification row s->row + i */
+            record_probs(s, s->task, rp_get_logits(en->ctx, s->row + i), rp_n_vocab(en->ctx), NULL,
+                         out[i]);
+            on_token(e, en, s, out[i], first + i);
+        }
     }
 }
 
@@ -624,6 +740,7 @@ static void step_entry(srv_engine *e, srv_entry *en) {
     }
     if (n == 0) return;
     rp_batch b = {.n_tokens = (int32_t)n, .token = e->tok, .seq_id = e->seq, .logits = e->want};
+    count_decode(e, en);
     rp_status st = rp_decode(en->ctx, &b);
     if (st) {
         char msg[256];

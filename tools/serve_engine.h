@@ -20,6 +20,15 @@
 #define SRV_MAX_STOP_LEN 256 /* bytes per stop string */
 #define SRV_MAX_PLANS    32  /* --plan entries besides the model itself */
 #define SRV_MIN(a, b)    ((a) < (b) ? (a) : (b))
+#define SRV_MAX_PROBS    20 /* alternatives per token (top_logprobs, n_probs) */
+
+/* The log-probabilities of one generated token (natural log). */
+typedef struct srv_prob {
+    int32_t tok;
+    float lp;
+    int n_top;
+    rp_token_logprob top[SRV_MAX_PROBS];
+} srv_prob;
 
 /* One servable model: a name clients put in "model", a context with its plan,
  * and the slots (sequences) of that context. Several entries may share one
@@ -62,6 +71,17 @@ typedef struct srv_task {
     char *stop[SRV_MAX_STOP]; /* owned */
     int n_stop;
     double t_submit, deadline; /* now_s(); deadline 0 = none */
+    /* what rp_sampler_params does not carry (owned by the task) */
+    rp_grammar *grammar; /* the output's grammar, or NULL */
+    int32_t *bias_tok;   /* logit biases (ignore_eos: -inf on the end tokens) */
+    float *bias;
+    int n_bias;
+    char **breakers; /* DRY sequence breakers (NULL: the defaults) */
+    int n_breakers;
+    char *samplers;  /* the string sp.samplers points to */
+    bool want_probs; /* record srv_prob per token */
+    bool post_probs; /* after the sampler's stages (post_sampling_probs), not of the raw logits */
+    int n_probs;     /* alternatives per token, 0..SRV_MAX_PROBS */
     /* shared, under the engine lock */
     int refs;
     bool cancel;  /* the handler gave up (client gone, timeout) */
@@ -72,11 +92,13 @@ typedef struct srv_task {
     int err_http;   /* SRV_FIN_ERROR: HTTP status for the error */
     const char *err_type, *err_code;
     char err_msg[256];
-    tbuf out;    /* generated text published so far; always valid UTF-8 */
-    tbuf tokens; /* int32_t ids of the generated tokens (the end-of-text token not included) */
-    tbuf marks;  /* size_t: end offset in out of each publish that added text (one per streamed
-                      chunk) */
-    int n_gen;   /* tokens generated (the end-of-text token not counted) */
+    tbuf out;       /* generated text published so far; always valid UTF-8 */
+    tbuf tokens;    /* int32_t ids of the generated tokens (the end-of-text token not included) */
+    tbuf marks;     /* size_t: end offset in out of each publish that added text (one per streamed
+                         chunk) */
+    tbuf mark_toks; /* size_t: generated tokens published up to each mark */
+    tbuf probs;     /* srv_prob of each token of `tokens` (want_probs) */
+    int n_gen;      /* tokens generated (the end-of-text token not counted) */
     int n_drafted, n_accepted;       /* speculative decoding: drafted tokens verified, and kept */
     double t_start, t_prompt, t_end; /* slot taken, prompt decoded, finished */
     pthread_cond_t cv;               /* broadcast on every change */
@@ -120,6 +142,31 @@ void srv_cancel_locked(srv_engine *e, srv_task *t);
 
 /* Slots in use and requests waiting, over all entries (takes the lock). */
 void srv_engine_counts(srv_engine *e, int *busy, int *queued);
+
+/* Counters since the start, for /metrics (llama-server's names in comments). */
+typedef struct srv_metrics {
+    uint64_t prompt_tokens;    /* llamacpp:prompt_tokens_total */
+    double prompt_seconds;     /* llamacpp:prompt_seconds_total */
+    uint64_t tokens_predicted; /* llamacpp:tokens_predicted_total */
+    double predicted_seconds;  /* llamacpp:tokens_predicted_seconds_total */
+    uint64_t n_decode;         /* llamacpp:n_decode_total */
+    uint64_t busy_per_decode;  /* sum over decodes of the slots in them */
+    uint64_t requests;         /* requests finished (any way) */
+    uint64_t drafted, accepted;
+    int busy, queued;
+} srv_metrics;
+void srv_engine_metrics(srv_engine *e, srv_metrics *m);
+
+/* One slot, for /slots. */
+typedef struct srv_slot_info {
+    int entry, id;
+    bool busy;
+    int n_prompt, n_gen, n_predict;
+    rp_sampler_params sp;
+    double t_start;
+} srv_slot_info;
+/* Up to max slots (every entry's, in order); returns how many there are. */
+int srv_engine_slots(srv_engine *e, srv_slot_info *out, int max);
 
 /* ---- text helpers (serve_engine.c) ---------------------------------------- */
 

@@ -27,7 +27,7 @@ typedef enum arg_kind {
     ARG_FLOAT,  /* float */
     ARG_STR,    /* const char * */
     ARG_STRS,   /* repeatable: str_list */
-    ARG_KVTYPE, /* int rp_type, f32 | f16 */
+    ARG_KVTYPE, /* int rp_type, a KV cache type (rp_kv_type_supported) */
 } arg_kind;
 
 typedef struct str_list {
@@ -116,15 +116,21 @@ void tbuf_free(tbuf *b);
 
 typedef struct sampling_opts {
     rp_sampler_params sp;
-    uint64_t seed;
+    const char *seed_text; /* -s as given ("-1": random) */
+    uint64_t seed;         /* the seed used (sampling_opts_check) */
+    bool ignore_eos, verbose;
 } sampling_opts;
 
 void sampling_opts_init(sampling_opts *o);
-/* -s, --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n,
- * --frequency-penalty, --presence-penalty */
+/* -s, --temp, --top-k, --top-p, --min-p, the penalties, llama.cpp's other
+ * samplers (typical, top-n-sigma, XTC, DRY, Mirostat, --samplers),
+ * --ignore-eos, -v */
 const arg_opt *sampling_opts_table(sampling_opts *o);
-/* Checks the ranges (prints the error) and completes o->sp (seed, temp). */
+/* Checks the ranges (prints the error) and completes o->sp (the seed: -1
+ * draws one, printed at -v). */
 bool sampling_opts_check(const char *cmd, sampling_opts *o);
+/* What the parameters alone do not carry: DRY's vocabulary, --ignore-eos. */
+rp_status sampling_opts_apply(const sampling_opts *o, rp_sampler *smp, const rp_vocab *v);
 
 /* ---- model + context options (load.c) -------------------------------------------- */
 
@@ -138,11 +144,12 @@ typedef struct model_opts {
     const char *layer_map;
     bool dump_plan;
     bool quiet;
-    bool keep_hidden;      /* the context keeps final hidden states (speculative MTP drafting) */
-    const char *plan_file; /* --plan FILE: a plan file (plan_resolve.c) */
-    bool plan_force;       /* --plan-force: accept weights whose content hash differs */
-    bool threads_force;    /* --threads-force: -t beyond the machine's cores */
-    uint64_t mem_limit;    /* --mem-limit MIB: bound on state + scratch (0 = available memory) */
+    bool keep_hidden;         /* the context keeps final hidden states (speculative MTP drafting) */
+    const char *plan_file;    /* --plan FILE: a plan file (plan_resolve.c) */
+    bool plan_force;          /* --plan-force: accept weights whose content hash differs */
+    bool threads_force;       /* --threads-force: -t beyond the machine's cores */
+    const char *dump_tensors; /* --dump-tensors DIR (or REPRISE_TRACE): the trace hook's files */
+    uint64_t mem_limit;       /* --mem-limit MIB: bound on state + scratch (0 = available memory) */
 } model_opts;
 
 /* Which of the model options a command takes (-m, -c, -b, -t, -ctk, -ctv and
@@ -153,6 +160,8 @@ enum {
     MO_PLAN_FORCE = 4, /* --plan-force */
     MO_DUMP = 8,       /* --dump-plan */
     MO_CHUNKS = 16,    /* -c and -b read as chunks of a text (perplexity, scan) */
+    MO_LISTS = 32,     /* -t, -ctk, -ctv left to the command (bench: comma lists) */
+    MO_SCALAR = 64,    /* (an entry's flag: present unless MO_LISTS) */
     MO_ALL = MO_SPEC | MO_PLAN_FILE | MO_PLAN_FORCE | MO_DUMP,
 };
 
@@ -164,12 +173,21 @@ extern const char *const g_plan_help; /* how the plan grammars read, for --help 
 /* The model of o->model with progress on a terminal; NULL after printing an
  * error. vocab_only loads the tokenizer alone. */
 rp_model *tool_load_model(const char *cmd, const char *path, bool vocab_only);
+/* The context of o over model m, its plan resolved; NULL after printing an
+ * error. */
+rp_context *tool_context_new(const char *cmd, const model_opts *o, const rp_model *m,
+                             uint32_t n_seq);
 /* The context parameters of o (its plan not resolved yet). */
 rp_context_params model_opts_context(const model_opts *o, uint32_t n_seq);
 /* Loads the model and creates a context; prints the plan report. With
  * --dump-plan prints the plan and returns false with *exit_code 0. */
 bool tool_load(const char *cmd, const model_opts *o, uint32_t n_seq, rp_model **model,
                rp_context **ctx, int *exit_code);
+/* Sets ctx's trace hook to write every tensor it hands to dir (created if
+ * missing): dir/index.tsv, one line per tensor (call, name, step, src, rows,
+ * width, positions, file), and the file NNNNNN-NAME-STEP.f32 of its values
+ * (float32, rows x width). false after printing an error. */
+bool tool_trace_open(const char *cmd, rp_context *ctx, const char *dir);
 /* The context's plan report (rp_context_plan_report) on fp. */
 void tool_print_plan(FILE *fp, const rp_context *ctx);
 
@@ -206,6 +224,7 @@ int cmd_merge(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_gguf_copy(int argc, char **argv);
+int cmd_compare(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_scan(int argc, char **argv);
 int cmd_plan(int argc, char **argv);

@@ -143,6 +143,13 @@ static void norm_rows(float *y, const float *x, const rp_tensor *w, const rp_ten
         rp_rmsnorm(y, x, w->data, n, rows, eps);
 }
 
+/* the trace hook's tensor name of step e, rows [0, n) of width w */
+#define TRACE(name, e, data, w)                                                                    \
+    do {                                                                                           \
+        if (rp_tracing(c))                                                                         \
+            rp_trace_emit(c, ub, name, e, (e) >= 0 ? plan->src[e] : -1, data, n, w, compacted);    \
+    } while (0)
+
 rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
     const rp_model *m = c->model;
     const rp_hparams *hp = &m->hp;
@@ -164,10 +171,11 @@ rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
             rp_tensor_get_row(m->tok_embd, ub->token[t], xr);
         if (hp->embd_scale != 1.0f) rp_scale(xr, hp->embd_scale, E);
     }
+    bool compacted = false;
+    if (e_begin == 0) TRACE("inp_embd", -1, d->x, E);
     /* rotary tables, once per micro-batch for every layer that shares them */
     for (int r = 0; r < hp->n_rope_sets; r++) rp_rope_cache(d->rope[r], ub->pos, n, &hp->rope[r]);
 
-    bool compacted = false;
     for (int e = e_begin; e < e_end; e++) {
         const int src = plan->src[e];
         const rp_layer *L = &m->layers[src];
@@ -178,6 +186,7 @@ rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
 
         /* attention: what the layer is comes from src, where it runs (KV slot) from e */
         norm_rows(d->xn, d->x, L->attn_norm, L->attn_norm_b, E, n, hp->eps);
+        TRACE("attn_norm", e, d->xn, E);
         const rp_tensor *w3[3] = {L->wq, L->wk, L->wv};
         float *y3[3] = {d->q, d->k, d->v};
         rp_matmul_n(&c->cc, 3, w3, y3, d->xn, n);
@@ -192,6 +201,9 @@ rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
             rp_rope_apply(d->q, n, wq, nh, dk, rope->n_rot, d->rope[li->rope_set], hp->rope_style);
             rp_rope_apply(d->k, n, wk, nkv, dk, rope->n_rot, d->rope[li->rope_set], hp->rope_style);
         }
+        TRACE("Qcur", e, d->q, wq);
+        TRACE("Kcur", e, d->k, wk);
+        TRACE("Vcur", e, d->v, wv);
         for (int t = 0; t < n; t++) {
             d->kv[t] = rp_ctx_kv(c, e, ub->seq[t]);
             rp_kv_write(d->kv[t], nkv, dk, dv, ub->pos[t], d->k + (size_t)t * (size_t)wk,
@@ -214,11 +226,17 @@ rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
             .kv = d->kv,
         };
         rp_attention(&c->cc, &aa, c->attn_scratch, c->attn_scratch_per_thread);
+        TRACE("kqv_out", e, d->att, wo);
         rp_matmul(&c->cc, L->wo, d->att, n, d->tmp);
         add_bias(d->tmp, L->bo, n, E);
-        if (L->attn_post_norm) rp_rmsnorm(d->tmp, d->tmp, L->attn_post_norm->data, E, n, hp->eps);
+        TRACE("attn_out", e, d->tmp, E);
+        if (L->attn_post_norm) {
+            rp_rmsnorm(d->tmp, d->tmp, L->attn_post_norm->data, E, n, hp->eps);
+            TRACE("attn_post_norm", e, d->tmp, E);
+        }
         for (int t = 0; t < n; t++)
             rp_add(d->x + (size_t)t * (size_t)E, d->tmp + (size_t)t * (size_t)E, E);
+        TRACE("ffn_inp", e, d->x, E);
 
         /* After the last step's attention only the output rows matter. */
         if (e == plan->n_eff - 1 && ub->n_out < n) {
@@ -233,9 +251,12 @@ rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
 
         /* feed-forward */
         norm_rows(d->xn, d->x, L->ffn_norm, L->ffn_norm_b, E, n, hp->eps);
+        TRACE("ffn_norm", e, d->xn, E);
         const rp_tensor *w2[2] = {L->ffn_gate, L->ffn_up};
         float *y2[2] = {d->gate, d->up};
         rp_matmul_n(&c->cc, 2, w2, y2, d->xn, n);
+        TRACE("ffn_gate", e, d->gate, li->n_ff);
+        TRACE("ffn_up", e, d->up, li->n_ff);
         const size_t nf = (size_t)n * (size_t)li->n_ff;
         if (cfg->act == RP_ACT_SILU)
             rp_silu_mul(d->gate, d->up, (int)nf);
@@ -245,10 +266,16 @@ rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
             rp_gelu_tanh_f16_mul(d->gate, d->up, (int)nf);
         else
             rp_gelu_erf_mul(d->gate, d->up, (int)nf);
+        TRACE("ffn_act", e, d->gate, li->n_ff);
         rp_matmul(&c->cc, L->ffn_down, d->gate, n, d->tmp);
-        if (L->ffn_post_norm) rp_rmsnorm(d->tmp, d->tmp, L->ffn_post_norm->data, E, n, hp->eps);
+        TRACE("ffn_out", e, d->tmp, E);
+        if (L->ffn_post_norm) {
+            rp_rmsnorm(d->tmp, d->tmp, L->ffn_post_norm->data, E, n, hp->eps);
+            TRACE("ffn_post_norm", e, d->tmp, E);
+        }
         for (int t = 0; t < n; t++)
             rp_add(d->x + (size_t)t * (size_t)E, d->tmp + (size_t)t * (size_t)E, E);
+        TRACE("l_out", e, d->x, E);
     }
     if (e_end < plan->n_eff) {
         memcpy(ub->x_out, d->x, (size_t)n * (size_t)E * sizeof(float));
@@ -257,3 +284,4 @@ rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
     rp_forward_output(c, ub, d->x, compacted, d->xn);
     return RP_OK;
 }
+#undef TRACE

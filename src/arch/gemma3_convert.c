@@ -14,6 +14,7 @@
 #include "base/util.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -122,15 +123,19 @@ static rp_status gemma3_params(rp_conv *cv) {
                        "%s/config.json: hidden_activation '%s' (llama.cpp's gemma3 runs "
                        "gelu_pytorch_tanh)",
                        cv->dir, act);
-    /* llama.cpp scales queries by 1/sqrt(head_dim), or 1/sqrt(n_embd/n_head) (Gemma 3 27B) */
+    /* Queries are scaled by 1/sqrt(query_pre_attn_scalar). llama.cpp's gemma3
+     * loader has no key for it: it takes 1/sqrt(n_embd / n_head) for 62 layers
+     * (the 27B) and 1/sqrt(head_dim) otherwise. When the checkpoint states
+     * another value, its scale is written under llama.cpp's generic key
+     * <arch>.attention.scale (LLM_KV_ATTENTION_SCALE, read by reprise's gemma3
+     * loader; llama.cpp's gemma3 loader ignores it, so such a file runs with
+     * the wrong scale there). Nothing is written when the rule gives it. */
     int64_t qpas;
     if ((s = rp_conv_cfg_int(cv, "query_pre_attn_scalar", false, hp->head_dim, 1, 1 << 20, &qpas)))
         return s;
-    if (qpas != hp->head_dim && qpas != hp->n_embd / hp->n_head)
-        return rp_fail(RP_ERR_UNSUPPORTED,
-                       "%s/config.json: query_pre_attn_scalar %" PRId64
-                       " is neither head_dim %" PRId64 " nor hidden_size/heads %" PRId64,
-                       cv->dir, qpas, hp->head_dim, hp->n_embd / hp->n_head);
+    const int64_t rule = hp->n_layer == 62 ? hp->n_embd / hp->n_head : hp->head_dim;
+    if (qpas != rule && (s = rp_conv_set_f32(cv, "attention.scale", 1.0f / sqrtf((float)qpas))))
+        return s;
 
     bool *swa = rp_calloc((size_t)hp->n_layer, sizeof *swa, "layer pattern");
     if (!swa) return RP_ERR_NOMEM;

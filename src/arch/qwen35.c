@@ -696,9 +696,10 @@ rp_status rp_qwen35_mtp_new(rp_context *c, rp_qwen35_mtp **out) {
     h->n_ctx = c->n_ctx;
     const rp_layer_info *li = &m->info[h->layer];
     const int tk = c->params.type_k, tv = c->params.type_v;
-    const size_t esk = tk == RP_TYPE_F16 ? 2 : 4, esv = tv == RP_TYPE_F16 ? 2 : 4;
-    const size_t per_k = (size_t)li->n_head_kv * (size_t)h->n_ctx * (size_t)li->head_dim_k * esk;
-    const size_t per_v = (size_t)li->n_head_kv * (size_t)h->n_ctx * (size_t)li->head_dim_v * esv;
+    const size_t per_k =
+        (size_t)li->n_head_kv * (size_t)h->n_ctx * rp_kv_row_bytes(tk, li->head_dim_k);
+    const size_t per_v =
+        (size_t)li->n_head_kv * (size_t)h->n_ctx * rp_kv_row_bytes(tv, li->head_dim_v);
     h->kv = rp_calloc((size_t)h->n_seq, sizeof *h->kv, "MTP KV views");
     h->len = rp_calloc((size_t)h->n_seq, sizeof *h->len, "MTP lengths");
     h->kv_block = rp_alloc_aligned((per_k + per_v) * (size_t)h->n_seq, "MTP KV cache");

@@ -43,6 +43,14 @@ const char *rp_last_error(void) {
     return g_err;
 }
 
+const char *rp_version(void) {
+    return RP_VERSION;
+}
+
+void rp_free(void *p) {
+    free(p);
+}
+
 void rp_clear_error(void) {
     g_err[0] = 0;
 }

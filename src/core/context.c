@@ -98,13 +98,11 @@ rp_status rp_context_new(const rp_model *m, const rp_context_params *params, rp_
     if (!m || !m->arch)
         return rp_fail(RP_ERR_INVALID_ARG, "context needs a model loaded with its weights");
     rp_context_params p = params ? *params : rp_context_default_params();
-    if (p.type_k != RP_TYPE_F32 && p.type_k != RP_TYPE_F16)
-        return rp_fail(RP_ERR_INVALID_ARG, "KV cache type for K must be f32 or f16");
-    if (p.type_v != RP_TYPE_F32 && p.type_v != RP_TYPE_F16)
-        return rp_fail(RP_ERR_INVALID_ARG, "KV cache type for V must be f32 or f16");
+    rp_status s = rp_kv_check_model(m, p.type_k, p.type_v);
+    if (s) return s;
     /* the plan first: a refused spec allocates nothing else */
     rp_plan *plan = NULL;
-    rp_status s = build_plan(m, &p, &plan);
+    s = build_plan(m, &p, &plan);
     if (s) return s;
     rp_context *c = rp_calloc(1, sizeof *c, "context");
     if (!c) {
@@ -291,13 +289,12 @@ int rp_context_plan_report(const rp_context *c, char *buf, size_t size) {
     /* what the sliding-window rings save: the same steps with every position kept */
     uint64_t full = c->state.rec_bytes;
     bool rings = false;
-    const uint64_t esk = c->params.type_k == RP_TYPE_F16 ? 2 : 4,
-                   esv = c->params.type_v == RP_TYPE_F16 ? 2 : 4;
     for (int e = 0; e < p->n_eff; e++) {
         const rp_layer_info *li = &m->info[p->src[e]];
         if (!li->has_kv) continue;
         rings |= rp_ctx_kv(c, e, 0)->cap < c->n_ctx;
-        full += ((uint64_t)li->head_dim_k * esk + (uint64_t)li->head_dim_v * esv) *
+        full += ((uint64_t)rp_kv_row_bytes(c->params.type_k, li->head_dim_k) +
+                 (uint64_t)rp_kv_row_bytes(c->params.type_v, li->head_dim_v)) *
                 (uint64_t)li->n_head_kv * (uint64_t)c->n_ctx * (uint64_t)c->n_seq;
     }
     if (rings)
@@ -579,9 +576,12 @@ void rp_forward_output(rp_context *c, const rp_ubatch *ub, float *x, bool compac
                      (const float *)m->output_norm_b->data, ne, ub->n_out, m->hp.eps);
     else
         rp_rmsnorm(tmp, x, (const float *)m->output_norm->data, ne, ub->n_out, m->hp.eps);
+    const int e_out = c->plan->n_eff;
+    rp_trace_emit(c, ub, "result_norm", e_out, -1, tmp, ub->n_out, ne, true);
     rp_matmul(&c->cc, m->output, tmp, ub->n_out, ub->logits);
     if (m->hp.final_softcap > 0)
         rp_softcap(ub->logits, m->hp.final_softcap, ub->n_out * m->hp.n_vocab);
+    rp_trace_emit(c, ub, "result_output", e_out, -1, ub->logits, ub->n_out, m->hp.n_vocab, true);
 }
 
 /* ---- sequence checkpoints ------------------------------------------------ */

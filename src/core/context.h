@@ -51,6 +51,8 @@ struct rp_context {
     bool pool_borrowed;   /* cc.pool belongs to another context (rp_context_share_pool) */
     rp_abort_fn abort_fn; /* rp_context_set_abort: asked before each pass of a decode */
     void *abort_user;
+    rp_trace_fn trace_fn; /* rp_context_set_trace */
+    void *trace_user;
 };
 
 /* Decodes a batch through plan steps [begin, end) only: the prefix reuse of
@@ -80,6 +82,15 @@ void rp_forward_output(rp_context *c, const rp_ubatch *ub, float *x, bool compac
  * sequence cut back to p positions needs (rp_kv_seq_truncate and checkpoint
  * restores refuse otherwise, naming the step). */
 rp_status rp_ctx_ring_rollback_check(const rp_context *c, int seq, int p);
+
+/* Hands rows [0, n) of data ([n][width]) to the trace hook as tensor name of
+ * step e (layer src); rows are the micro-batch's tokens, or its output rows
+ * once compacted. Does nothing without a hook. */
+void rp_trace_emit(const rp_context *c, const rp_ubatch *ub, const char *name, int e, int src,
+                   const float *data, int n, int width, bool compacted);
+static inline bool rp_tracing(const rp_context *c) {
+    return c->trace_fn != NULL;
+}
 
 /* The KV view of plan step e for a token's sequence. */
 static inline const rp_kv_view *rp_ctx_kv(const rp_context *c, int e, int seq) {

@@ -13,7 +13,6 @@ static void *state_alloc(rp_state *st, size_t bytes, const char *what) {
 
 uint64_t rp_state_bytes(const rp_model *m, const rp_plan *plan, int n_seq, int n_ctx,
                         int ring_extra, int type_k, int type_v) {
-    const uint64_t esk = type_k == RP_TYPE_F16 ? 2 : 4, esv = type_v == RP_TYPE_F16 ? 2 : 4;
     uint64_t total = 0;
     for (int e = 0; e < plan->n_eff; e++) {
         const rp_layer_info *li = &m->info[plan->src[e]];
@@ -22,7 +21,8 @@ uint64_t rp_state_bytes(const rp_model *m, const rp_plan *plan, int n_seq, int n
             int cap = n_ctx;
             if (li->kind == RP_LAYER_ATTN_SWA && li->window > 0)
                 cap = RP_MIN(n_ctx, li->window + ring_extra - 1);
-            step = ((uint64_t)li->head_dim_k * esk + (uint64_t)li->head_dim_v * esv) *
+            step = ((uint64_t)rp_kv_row_bytes(type_k, li->head_dim_k) +
+                    (uint64_t)rp_kv_row_bytes(type_v, li->head_dim_v)) *
                    (uint64_t)li->n_head_kv * (uint64_t)cap;
         }
         step += (uint64_t)li->rec_floats * sizeof(float);
@@ -51,15 +51,16 @@ rp_status rp_state_init(rp_state *st, const rp_model *m, const rp_plan *plan, in
         rp_state_free(st);
         return RP_ERR_NOMEM;
     }
-    size_t esk = type_k == RP_TYPE_F16 ? 2 : 4, esv = type_v == RP_TYPE_F16 ? 2 : 4;
     for (int e = 0; e < plan->n_eff; e++) {
         const rp_layer_info *li = &m->info[plan->src[e]];
         if (li->has_kv) {
             int cap = n_ctx;
             if (li->kind == RP_LAYER_ATTN_SWA && li->window > 0)
                 cap = RP_MIN(n_ctx, li->window + ring_extra - 1);
-            size_t per_k = (size_t)li->n_head_kv * (size_t)cap * (size_t)li->head_dim_k * esk;
-            size_t per_v = (size_t)li->n_head_kv * (size_t)cap * (size_t)li->head_dim_v * esv;
+            size_t per_k =
+                (size_t)li->n_head_kv * (size_t)cap * rp_kv_row_bytes(type_k, li->head_dim_k);
+            size_t per_v =
+                (size_t)li->n_head_kv * (size_t)cap * rp_kv_row_bytes(type_v, li->head_dim_v);
             uint8_t *kb = alloc ? state_alloc(st, per_k * (size_t)n_seq, "KV cache (K)") : NULL;
             uint8_t *vb = kb ? state_alloc(st, per_v * (size_t)n_seq, "KV cache (V)") : NULL;
             if (alloc && !vb) {
@@ -120,4 +121,36 @@ size_t rp_state_rec_floats_seq(const rp_state *st) {
     size_t n = 0;
     for (int e = 0; e < st->n_steps; e++) n += st->rec_floats[e];
     return n;
+}
+
+bool rp_kv_type_supported(int type) {
+    return rp_kv_type_ok(type);
+}
+
+const char *rp_kv_type_list(void) {
+    return "f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl";
+}
+
+rp_status rp_kv_check_model(const rp_model *m, int type_k, int type_v) {
+    const int types[2] = {type_k, type_v};
+    for (int j = 0; j < 2; j++)
+        if (!rp_kv_type_ok(types[j]))
+            return rp_fail(RP_ERR_INVALID_ARG, "KV cache type for %s: %s is not one of %s",
+                           j ? "V" : "K", rp_type_name(types[j]) ? rp_type_name(types[j]) : "?",
+                           rp_kv_type_list());
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const rp_layer_info *li = &m->info[l];
+        if (!li->has_kv) continue;
+        for (int j = 0; j < 2; j++) {
+            const int dim = j ? li->head_dim_v : li->head_dim_k;
+            if (types[j] == RP_TYPE_F32 || types[j] == RP_TYPE_F16) continue;
+            if (!rp_kv_row_bytes(types[j], dim) || dim > RP_KV_QMAXD)
+                return rp_fail(RP_ERR_INVALID_ARG,
+                               "KV cache type %s for %s: layer %d has heads of %d elements; a "
+                               "%s cache needs a multiple of 32 up to %d",
+                               rp_type_name(types[j]), j ? "V" : "K", l, dim,
+                               rp_type_name(types[j]), RP_KV_QMAXD);
+        }
+    }
+    return RP_OK;
 }

@@ -37,6 +37,9 @@ rp_status rp_state_init(rp_state *st, const rp_model *m, const rp_plan *plan, in
 uint64_t rp_state_bytes(const rp_model *m, const rp_plan *plan, int n_seq, int n_ctx,
                         int ring_extra, int type_k, int type_v);
 void rp_state_free(rp_state *st);
+/* RP_OK when a cache of these types can hold every attending layer of m
+ * (RP_ERR_INVALID_ARG naming the type, or the layer and its head width). */
+rp_status rp_kv_check_model(const rp_model *m, int type_k, int type_v);
 void rp_state_clear_seq(rp_state *st, int seq);
 /* Recurrent state floats one sequence holds over every step. */
 size_t rp_state_rec_floats_seq(const rp_state *st);

@@ -67,9 +67,8 @@ static void kv_block_bytes(const rp_context *c, int e, size_t *k, size_t *v) {
     const rp_kv_view *kv = rp_ctx_kv(c, e, 0);
     *k = *v = 0;
     if (!kv->k) return;
-    const size_t esk = kv->type_k == RP_TYPE_F16 ? 2 : 4, esv = kv->type_v == RP_TYPE_F16 ? 2 : 4;
-    *k = (size_t)li->n_head_kv * (size_t)kv->cap * (size_t)li->head_dim_k * esk;
-    *v = (size_t)li->n_head_kv * (size_t)kv->cap * (size_t)li->head_dim_v * esv;
+    *k = (size_t)li->n_head_kv * (size_t)kv->cap * rp_kv_row_bytes(kv->type_k, li->head_dim_k);
+    *v = (size_t)li->n_head_kv * (size_t)kv->cap * rp_kv_row_bytes(kv->type_v, li->head_dim_v);
 }
 
 rp_status rp_kv_seq_cp(rp_context *c, int src, int dst, int p0, int p1) {
@@ -133,14 +132,10 @@ static uint32_t cells_held(const rp_kv_view *kv, int len) {
     return kv->k ? (uint32_t)RP_MIN(len, kv->cap) : 0;
 }
 
-static size_t elem_size(int type) {
-    return type == RP_TYPE_F16 ? 2 : 4;
-}
-
 static size_t step_data_bytes(const img_step *d, int type_k, int type_v) {
     return (size_t)d->n_head_kv * d->n_cells *
-               ((size_t)d->head_dim_k * elem_size(type_k) +
-                (size_t)d->head_dim_v * elem_size(type_v)) +
+               (rp_kv_row_bytes(type_k, (int)d->head_dim_k) +
+                rp_kv_row_bytes(type_v, (int)d->head_dim_v)) +
            (size_t)d->rec_floats * sizeof(float);
 }
 
@@ -217,9 +212,9 @@ rp_status rp_seq_state_save(const rp_context *c, int seq, void *buf, size_t size
         const int p0 = len - (int)d.n_cells;
         if (d.n_cells) {
             p = rows_copy(kv->k, p, (int)d.n_head_kv, kv->cap, p0, (int)d.n_cells,
-                          d.head_dim_k * elem_size(kv->type_k), true);
+                          rp_kv_row_bytes(kv->type_k, (int)d.head_dim_k), true);
             p = rows_copy(kv->v, p, (int)d.n_head_kv, kv->cap, p0, (int)d.n_cells,
-                          d.head_dim_v * elem_size(kv->type_v), true);
+                          rp_kv_row_bytes(kv->type_v, (int)d.head_dim_v), true);
         }
         const float *r = c->state.rec[(size_t)e * (size_t)c->n_seq + (size_t)seq];
         if (r) {
@@ -306,8 +301,8 @@ rp_status rp_seq_state_load(rp_context *c, int seq, const void *buf, size_t size
             /* the image's cells hold positions len - n_cells .. len - 1; this
              * context keeps the last `keep` of them */
             const int keep = (int)cells_held(kv, (int)h.len), skip = (int)d.n_cells - keep;
-            const size_t rk = d.head_dim_k * elem_size(kv->type_k),
-                         rv = d.head_dim_v * elem_size(kv->type_v);
+            const size_t rk = rp_kv_row_bytes(kv->type_k, (int)d.head_dim_k),
+                         rv = rp_kv_row_bytes(kv->type_v, (int)d.head_dim_v);
             const int p0 = (int)h.len - keep;
             for (int part = 0; part < 2; part++) {
                 const size_t row = part ? rv : rk;

@@ -37,6 +37,7 @@ typedef struct spec_seq {
     int n, cap;
     rp_sampler *smp;  /* target sampler: its penalty window follows the history */
     rp_sampler *dsmp; /* the draft's: same parameters, same history */
+    rp_grammar *g;    /* constrains both samplers, or NULL (rp_spec_seq_set_grammar) */
     rp_rng rng;       /* draft draws and acceptance draws */
     rp_spec_stats st;
     /* MTP: the target's hidden states (pre-norm) of positions
@@ -331,7 +332,7 @@ static bool batch_room(rp_spec *s, int n) {
     return true;
 }
 
-/* Appends generated tokens to the history and the samplers' windows. */
+/* Appends tokens to the history and the samplers' windows. */
 static bool take(spec_seq *q, const int32_t *t, int n) {
     if (!hist_push(q, t, n)) return false;
     for (int i = 0; i < n; i++) {
@@ -339,6 +340,18 @@ static bool take(spec_seq *q, const int32_t *t, int n) {
         rp_sampler_accept(q->dsmp, t[i]);
     }
     return true;
+}
+
+/* take() for one generated token, which also advances the grammar. */
+static rp_status take_generated(spec_seq *q, int32_t t) {
+    if (t < 0)
+        return rp_fail(RP_ERR_INVALID_ARG,
+                       "speculative step: the grammar allows no token at this point");
+    if (q->g) {
+        rp_status st = rp_grammar_accept(q->g, t);
+        if (st) return st;
+    }
+    return take(q, &t, 1) ? RP_OK : RP_ERR_NOMEM;
 }
 
 /* MTP: stores the hidden states of the output rows of the target's last
@@ -480,6 +493,7 @@ rp_status rp_spec_seq_reset(rp_spec *s, int seq, const rp_sampler_params *params
     rp_sampler_free(q->dsmp);
     q->smp = a;
     q->dsmp = b;
+    q->g = NULL;
     q->greedy = sp.temp <= 0;
     if (!q->greedy && !q->q) {
         q->q = rp_malloc((size_t)s->p.draft_max * (size_t)s->n_vocab * sizeof(float),
@@ -571,6 +585,25 @@ static rp_status cut(rp_context *c, bool rec, rp_seq_checkpoint *ck, int seq, in
     return rp_kv_seq_truncate(c, seq, 0);
 }
 
+rp_status rp_spec_seq_set_grammar(rp_spec *s, int seq, rp_grammar *g) {
+    rp_status st = seq_check(s, seq, "grammar");
+    if (st) return st;
+    spec_seq *q = &s->seq[seq];
+    q->g = g;
+    rp_sampler_set_grammar(q->smp, g);
+    rp_sampler_set_grammar(q->dsmp, g);
+    return RP_OK;
+}
+
+rp_status rp_spec_seq_each_sampler(rp_spec *s, int seq, rp_status (*fn)(rp_sampler *, void *),
+                                   void *user) {
+    rp_status st = seq_check(s, seq, "sampler setup");
+    if (st) return st;
+    spec_seq *q = &s->seq[seq];
+    if ((st = fn(q->smp, user))) return st;
+    return fn(q->dsmp, user);
+}
+
 rp_status rp_spec_seq_truncate(rp_spec *s, int seq, int n) {
     rp_status st = seq_check(s, seq, "truncate");
     if (st) return st;
@@ -615,10 +648,17 @@ rp_status rp_spec_seq_truncate(rp_spec *s, int seq, int n) {
  * -1 when the draft is not confident enough (p_min). */
 static int32_t draft_pick(rp_spec *s, spec_seq *q, const float *logits, int i) {
     if (s->p.p_min > 0 && top_prob(logits, s->n_vocab) < s->p.p_min) return -1;
-    if (q->greedy) return rp_sampler_sample(q->dsmp, logits);
-    float *qi = q->q + (size_t)i * (size_t)s->n_vocab;
-    rp_sampler_probs(q->dsmp, logits, qi);
-    return draw(qi, s->n_vocab, rp_rng_uniform(&q->rng));
+    int32_t t;
+    if (q->greedy) {
+        t = rp_sampler_sample(q->dsmp, logits);
+    } else {
+        float *qi = q->q + (size_t)i * (size_t)s->n_vocab;
+        rp_sampler_probs(q->dsmp, logits, qi);
+        t = draw(qi, s->n_vocab, rp_rng_uniform(&q->rng));
+    }
+    /* the grammar follows the drafts (rolled back after drafting) */
+    if (t >= 0 && q->g && rp_grammar_accept(q->g, t)) return -1;
+    return t;
 }
 
 static bool is_eog(const rp_spec *s, int32_t t) {
@@ -699,7 +739,9 @@ rp_status rp_spec_prepare(rp_spec *s, int seq, int max_new, int32_t *tokens, int
     if ((st = target_sync(s, seq))) return st;
     /* 2. draft */
     int nd = 0;
+    const rp_grammar_state g0 = q->g ? rp_grammar_save(q->g) : (rp_grammar_state){{0, 0}};
     if (k > 0) st = s->head ? draft_mtp(s, seq, k, &nd) : draft_plan(s, seq, k, &nd);
+    if (q->g) rp_grammar_restore(q->g, g0);
     if (st) return st;
     if (nd < s->p.draft_min) nd = 0;
     /* 3. the rows to verify: the last token and the drafts */
@@ -751,8 +793,8 @@ rp_status rp_spec_finish(rp_spec *s, int seq, int row, int32_t *out, int *n_out)
             t = rp_spec_accept_rule(s->pv, q->q + (size_t)i * (size_t)s->n_vocab, s->n_vocab,
                                     q->drafts[i], u1, u2, &ok);
         }
+        if ((st = take_generated(q, t))) return st;
         out[n++] = t;
-        if (!take(q, &t, 1)) return RP_ERR_NOMEM;
         acc += ok;
         if (!ok || is_eog(s, t)) {
             stop = true;
@@ -768,8 +810,8 @@ rp_status rp_spec_finish(rp_spec *s, int seq, int row, int32_t *out, int *n_out)
             rp_sampler_probs(q->smp, lg, s->pv);
             t = draw(s->pv, s->n_vocab, rp_rng_uniform(&q->rng));
         }
+        if ((st = take_generated(q, t))) return st;
         out[n++] = t;
-        if (!take(q, &t, 1)) return RP_ERR_NOMEM;
     }
     *n_out = n;
     const int h_new = q->n;

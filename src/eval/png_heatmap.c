@@ -12,7 +12,7 @@
 
 static const rp_rgb WHITE = {255, 255, 255}, INK = {20, 20, 20}, GREY_TXT = {90, 90, 90},
                     GRID = {205, 205, 205}, MISSING = {228, 228, 228}, ZERO = {247, 247, 247},
-                    NONFINITE = {70, 70, 70};
+                    NONFINITE = {70, 70, 70}, BASE_BG = {236, 226, 160};
 
 /* Colour ramps from zero outwards, drawn for this scale: blue for better,
  * red for worse, dark at the far end so the extremes stay readable. */
@@ -89,9 +89,10 @@ static int cmp_rank(const void *a, const void *b) {
 
 /* The sizes and positions of every part of the picture, and the colour scale. */
 typedef struct hm_layout {
-    int n;         /* layers across and down */
-    int max_extra; /* longest block drawn */
-    int S, cw, lh; /* text scale, character width, line height */
+    int n;          /* layers across and down */
+    int max_extra;  /* longest block drawn */
+    int pareto_max; /* most extra layers of a plan drawn (the Pareto list's range) */
+    int S, cw, lh;  /* text scale, character width, line height */
     int cell, grid;
     int M; /* margin */
     int lab_digits;
@@ -115,6 +116,14 @@ static void ranks_free(hm_ranks *r) {
     free(r->order);
     free(r->best);
     free(r->front);
+}
+
+/* The largest extra-layer count among the rows (a plan on a base has more
+ * than its block). */
+static int rows_max_extra(const rp_heatmap *h) {
+    int m = 1;
+    for (int r = 0; r < h->n_rows; r++) m = RP_MAX(m, RP_MIN(h->rows[r].extra, RP_MAX_LAYERS));
+    return m;
 }
 
 static rp_status rank_blocks(const rp_heatmap *h, int max_extra, hm_ranks *k) {
@@ -145,6 +154,7 @@ static void layout(const rp_heatmap *h, int n_best, hm_layout *L) {
     L->cell = RP_MAX(8, RP_MIN(48, 576 / L->n));
     L->grid = L->cell * L->n;
     L->max_extra = h->max_extra > 0 ? RP_MIN(h->max_extra, L->n) : L->n;
+    L->pareto_max = RP_MAX(L->max_extra, rows_max_extra(h));
     L->good_max = L->bad_max = 0;
     for (int r = 0; r < h->n_rows; r++) {
         const double g = h->sign * h->rows[r].delta;
@@ -166,7 +176,7 @@ static void layout(const rp_heatmap *h, int n_best, hm_layout *L) {
     L->bar_y = L->gy + lh + 4;
     L->panel_x = L->bar_x + L->bar_w + 12 * cw;
     const int panel_chars = 30;
-    const int panel_lines = 4 + n_best + L->max_extra;
+    const int panel_lines = 5 + n_best + L->pareto_max;
     L->width = L->panel_x + panel_chars * cw + M;
     if (h->title) L->width = RP_MAX(L->width, M + rp_text_width(h->title, S) + M);
     if (h->note) L->width = RP_MAX(L->width, M + rp_text_width(h->note, S) + M);
@@ -223,6 +233,29 @@ static void draw_cells(rp_canvas *out, const rp_heatmap *h, const hm_layout *L) 
                                y + cell - RP_FONT_H - 4, buf, 1, dark(col) ? WHITE : INK);
             }
         }
+}
+
+/* the base plan's blocks: hatched, labelled */
+static void draw_base(rp_canvas *out, const rp_heatmap *h, const hm_layout *L) {
+    if (!h->base) return;
+    const int cell = L->cell;
+    for (int k = 0; k < h->base->n; k++) {
+        const int ii = h->base->b[k].i, jj = h->base->b[k].j;
+        if (ii < h->start || jj > h->end) continue;
+        const int x = L->gx + (jj - h->start - 1) * cell, y = L->gy + (ii - h->start) * cell;
+        rp_canvas_rect(out, x, y, cell, cell, BASE_BG);
+        for (int d = 0; d < 2 * cell; d += RP_MAX(4, cell / 6)) /* diagonal hatching */
+            for (int t = 0; t < cell; t++)
+                if (d - t >= 0 && d - t < cell) rp_canvas_rect(out, x + t, y + d - t, 1, 1, INK);
+        const int t = RP_MAX(2, cell / 12);
+        rp_canvas_frame(out, x - 1, y - 1, cell + 3, cell + 3, t, INK);
+        if (cell >= 4 * (RP_FONT_W + 1) + 4) {
+            const int w = rp_text_width("base", 1);
+            rp_canvas_rect(out, x + (cell - w) / 2 - 1, y + (cell - RP_FONT_H) / 2 - 1, w + 2,
+                           RP_FONT_H + 2, WHITE);
+            rp_canvas_text(out, x + (cell - w) / 2, y + (cell - RP_FONT_H) / 2, "base", 1, INK);
+        }
+    }
 }
 
 /* the best blocks: outlined, ranked */
@@ -314,6 +347,12 @@ static void draw_legend(rp_canvas *out, const rp_heatmap *h, const hm_layout *L,
     rp_canvas_rect(out, bar_x - 4, ky + 2, 2 * cw, lh - 6, MISSING);
     rp_canvas_frame(out, bar_x - 4, ky + 2, 2 * cw, lh - 6, 1, GRID);
     rp_canvas_text(out, bar_x - 4 + 2 * cw + 8, ky, "not run", S, INK);
+    if (h->base) {
+        ky += lh;
+        rp_canvas_rect(out, bar_x - 4, ky + 2, 2 * cw, lh - 6, BASE_BG);
+        rp_canvas_frame(out, bar_x - 4, ky + 2, 2 * cw, lh - 6, 1, INK);
+        rp_canvas_text(out, bar_x - 4 + 2 * cw + 8, ky, "base plan", S, INK);
+    }
     if (n_ranked < h->n_rows) {
         ky += lh;
         rp_canvas_rect(out, bar_x - 4, ky + 2, 2 * cw, lh - 6, NONFINITE);
@@ -338,7 +377,7 @@ static void draw_panel(rp_canvas *out, const rp_heatmap *h, const hm_layout *L, 
     py += lh / 2;
     rp_canvas_text(out, panel_x, py, "best per extra layers", S, INK);
     py += lh + 4;
-    for (int e = 1; e <= L->max_extra; e++) {
+    for (int e = 1; e <= L->pareto_max; e++) {
         if (k->best[e] < 0) continue;
         const rp_scan_row *row = &h->rows[k->best[e]];
         char v[32];
@@ -349,7 +388,7 @@ static void draw_panel(rp_canvas *out, const rp_heatmap *h, const hm_layout *L, 
         py += lh;
     }
     bool any_front = false;
-    for (int e = 1; e <= L->max_extra; e++) any_front |= k->front[e];
+    for (int e = 1; e <= L->pareto_max; e++) any_front |= k->front[e];
     rp_canvas_text(out, panel_x, py + 4,
                    any_front ? "* beats every smaller block" : "(no block beats the identity)", S,
                    GREY_TXT);
@@ -362,7 +401,7 @@ rp_status rp_heatmap_draw(const rp_heatmap *h, rp_canvas *out) {
         return rp_fail(RP_ERR_INVALID_ARG, "heatmap: layer range %d..%d", h->start, h->end);
     hm_layout L;
     hm_ranks k;
-    const int max_extra = h->max_extra > 0 ? RP_MIN(h->max_extra, n) : n;
+    const int max_extra = RP_MAX(h->max_extra > 0 ? RP_MIN(h->max_extra, n) : n, rows_max_extra(h));
     rp_status s = rank_blocks(h, max_extra, &k);
     if (s) return s;
     layout(h, k.n_best, &L);
@@ -374,6 +413,7 @@ rp_status rp_heatmap_draw(const rp_heatmap *h, rp_canvas *out) {
     if (h->note) rp_canvas_text(out, L.M, L.y_note, h->note, L.S, GREY_TXT);
     draw_axes(out, h, &L);
     draw_cells(out, h, &L);
+    draw_base(out, h, &L);
     draw_best(out, h, &L, &k);
     draw_legend(out, h, &L, k.n_ranked);
     draw_panel(out, h, &L, &k);

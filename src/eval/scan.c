@@ -388,6 +388,7 @@ struct rp_scan {
     /* prefix reuse */
     float *h;   /* [n_rows][n_embd]: residual stream after step h_step - 1 */
     int h_step; /* -1: nothing held */
+    int *h_src; /* [RP_SCAN_MAX_STEPS] source layers of the steps that made h */
     /* one decode call */
     int32_t *btok, *bpos, *bseq;
     int8_t *bwant;
@@ -407,6 +408,7 @@ void rp_scan_free(rp_scan *s) {
     free(s->base);
     if (s->base_fd >= 0) close(s->base_fd);
     rp_free_aligned(s->h);
+    free(s->h_src);
     free(s->btok);
     free(s->bpos);
     free(s->bseq);
@@ -514,6 +516,10 @@ rp_status rp_scan_new(const rp_model *m, const rp_scan_set *set, const rp_scan_p
             goto fail;
         }
         s->bytes += bytes;
+        if (!(s->h_src = rp_malloc(RP_SCAN_MAX_STEPS * sizeof *s->h_src, "prefix steps"))) {
+            st = RP_ERR_NOMEM;
+            goto fail;
+        }
     }
     *out = s;
     return RP_OK;
@@ -732,43 +738,68 @@ rp_status rp_scan_identity(rp_scan *s, rp_scan_result *r) {
     return RP_OK;
 }
 
-rp_status rp_scan_block_eval(rp_scan *s, int i, int j, rp_scan_result *r) {
+/* The first step at which ctx's plan differs from the steps that made the
+ * held prefix (h_step when they all agree). */
+static int held_agrees(const rp_scan *s, const rp_context *ctx) {
+    int e = 0;
+    while (e < s->h_step && rp_context_step_src(ctx, e) == s->h_src[e]) e++;
+    return e;
+}
+
+rp_status rp_scan_plan_eval(rp_scan *s, const rp_scan_plan *p, int fork, rp_scan_result *r) {
     memset(r, 0, sizeof *r);
+    char spec[RP_SCAN_PLAN_LEN];
+    rp_scan_plan_format(p, spec, sizeof spec);
     if (!s->have_identity)
         return rp_fail(RP_ERR_INVALID_ARG,
-                       "scan: block %d,%d asked before the identity plan was evaluated", i, j);
-    if (i < 0 || j <= i || j > s->n_layer)
-        return rp_fail(RP_ERR_INVALID_ARG, "scan: block %d,%d is not 0 <= i < j <= %d", i, j,
-                       s->n_layer);
+                       "scan: plan '%s' asked before the identity plan was evaluated", spec);
+    for (int k = 0; k < p->n; k++)
+        if (p->b[k].i < 0 || p->b[k].j <= p->b[k].i || p->b[k].j > s->n_layer)
+            return rp_fail(RP_ERR_INVALID_ARG, "scan: block %d,%d is not 0 <= i < j <= %d",
+                           p->b[k].i, p->b[k].j, s->n_layer);
     const double t0 = rp_time_s();
-    char spec[32];
-    snprintf(spec, sizeof spec, "%d,%d", i, j);
     rp_context *ctx = NULL;
-    rp_status st = new_ctx(s, spec, &ctx);
-    if (st) return rp_fail_prefix(st, "block %s", spec);
+    rp_status st = new_ctx(s, p->n ? spec : NULL, &ctx);
+    if (st) return rp_fail_prefix(st, "plan %s", spec);
     const int n_eff = rp_context_n_eff(ctx);
+    if (fork < 0 || fork >= n_eff || n_eff > RP_SCAN_MAX_STEPS) fork = 0;
     if ((st = reset_acc(s))) {
         rp_context_free(ctx);
         return st;
     }
-    if (s->reuse) {
-        const bool advance = s->h_step != j;
+    if (s->reuse && fork > 0) {
+        const bool advance = s->h_step != fork || held_agrees(s, ctx) < fork;
         s->pass_total = s->set->n_group * (advance ? 2 : 1);
         if (advance) {
-            /* from the prefix held when it is shorter, from the tokens otherwise */
-            const int from = s->h_step > 0 && s->h_step < j ? s->h_step : 0;
+            /* from the prefix held when this plan's steps continue it, from the tokens otherwise */
+            const int from = s->h_step > 0 && s->h_step < fork && held_agrees(s, ctx) == s->h_step
+                                 ? s->h_step
+                                 : 0;
             s->h_step = -1;
-            st = run_pass(s, ctx, from, j, false);
-            if (!st) s->h_step = j;
+            st = run_pass(s, ctx, from, fork, false);
+            if (!st) {
+                for (int e = 0; e < fork; e++) s->h_src[e] = rp_context_step_src(ctx, e);
+                s->h_step = fork;
+            }
         }
-        if (!st) st = run_pass(s, ctx, j, n_eff, false);
+        if (!st) st = run_pass(s, ctx, fork, n_eff, false);
     } else {
         s->pass_total = s->set->n_group;
         st = run_pass(s, ctx, 0, n_eff, true);
     }
     if (!st) st = finish(s, r);
     rp_context_free(ctx);
-    if (st) return st == RP_ERR_CANCELLED ? st : rp_fail_prefix(st, "block %s", spec);
+    if (st) return st == RP_ERR_CANCELLED ? st : rp_fail_prefix(st, "plan %s", spec);
     r->seconds = rp_time_s() - t0;
     return RP_OK;
+}
+
+rp_status rp_scan_block_eval(rp_scan *s, int i, int j, rp_scan_result *r) {
+    if (i < 0 || j <= i || j > s->n_layer) {
+        memset(r, 0, sizeof *r);
+        return rp_fail(RP_ERR_INVALID_ARG, "scan: block %d,%d is not 0 <= i < j <= %d", i, j,
+                       s->n_layer);
+    }
+    const rp_scan_plan p = {.n = 1, .b = {{i, j}}};
+    return rp_scan_plan_eval(s, &p, j, r);
 }

@@ -29,5 +29,9 @@
 #include "eval/eval.h"
 #include "reprise.h"
 #include "reprise_tools.h"
+#include "core/model.h"
+
+/* the most steps a plan of disjoint blocks has: every layer twice */
+#define RP_SCAN_MAX_STEPS (2 * RP_MAX_LAYERS)
 
 #endif

@@ -91,19 +91,20 @@ rp_status rp_scan_csv_set(rp_scan_csv *csv, const char *key, bool check, const c
 }
 
 rp_status rp_scan_csv_add(rp_scan_csv *csv, const rp_scan_row *row) {
-    if (rp_scan_csv_find(csv, row->i, row->j))
-        return rp_fail(RP_ERR_INVALID_ARG, "scan CSV: block %d,%d is there already", row->i,
-                       row->j);
+    rp_scan_row r = *row;
+    if (!r.plan[0]) snprintf(r.plan, sizeof r.plan, "%d-%d", r.i, r.j);
+    r.plan[sizeof r.plan - 1] = 0;
+    if (rp_scan_csv_find_plan(csv, r.plan))
+        return rp_fail(RP_ERR_INVALID_ARG, "scan CSV: plan %s is there already", r.plan);
     if (csv->n_rows == csv->cap_rows) {
         int cap = csv->cap_rows ? 2 * csv->cap_rows : 64;
-        rp_scan_row *r = rp_realloc(csv->rows, (size_t)cap * sizeof *r, "scan rows");
-        if (!r) return RP_ERR_NOMEM;
-        csv->rows = r;
+        rp_scan_row *nr = rp_realloc(csv->rows, (size_t)cap * sizeof *nr, "scan rows");
+        if (!nr) return RP_ERR_NOMEM;
+        csv->rows = nr;
         csv->cap_rows = cap;
     }
     /* held as the file holds it, so a scan that reads its rows back prints
      * and draws what one that computed them did */
-    rp_scan_row r = *row;
     char buf[64];
     snprintf(buf, sizeof buf, "%.10g %.10g %.3f", r.value, r.delta, r.seconds);
     RP_ASSERT(sscanf(buf, "%lf %lf %lf", &r.value, &r.delta, &r.seconds) == 3);
@@ -111,10 +112,16 @@ rp_status rp_scan_csv_add(rp_scan_csv *csv, const rp_scan_row *row) {
     return RP_OK;
 }
 
-const rp_scan_row *rp_scan_csv_find(const rp_scan_csv *csv, int i, int j) {
+const rp_scan_row *rp_scan_csv_find_plan(const rp_scan_csv *csv, const char *plan) {
     for (int k = 0; k < csv->n_rows; k++)
-        if (csv->rows[k].i == i && csv->rows[k].j == j) return &csv->rows[k];
+        if (!strcmp(csv->rows[k].plan, plan)) return &csv->rows[k];
     return NULL;
+}
+
+const rp_scan_row *rp_scan_csv_find(const rp_scan_csv *csv, int i, int j) {
+    char plan[32];
+    snprintf(plan, sizeof plan, "%d-%d", i, j);
+    return rp_scan_csv_find_plan(csv, plan);
 }
 
 /* ---- reading ------------------------------------------------------------- */
@@ -144,8 +151,30 @@ static bool parse_double_field(const char **p, double *out, bool finite) {
     return true;
 }
 
-static rp_status parse_row(rp_scan_csv *csv, const char *line, const char *path, int lineno) {
+/* The plan column (v2): a canonical spec holding block i,j, whose extra
+ * layers are the row's. */
+static rp_status parse_plan(rp_scan_row *r, const char *p, const char *path, int lineno) {
+    rp_scan_plan pl;
+    char canon[RP_SCAN_PLAN_LEN];
+    if (strlen(p) >= sizeof r->plan || rp_scan_plan_parse(p, 0, &pl))
+        return rp_fail(RP_ERR_FORMAT, "%s:%d: plan '%s' is not a plan of disjoint blocks 'i-j;k-l'",
+                       path, lineno, p);
+    rp_scan_plan_format(&pl, canon, sizeof canon);
+    bool has = false;
+    for (int k = 0; k < pl.n; k++) has |= pl.b[k].i == r->i && pl.b[k].j == r->j;
+    if (strcmp(canon, p) || !has || rp_scan_plan_extra(&pl) != r->extra)
+        return rp_fail(RP_ERR_FORMAT,
+                       "%s:%d: plan '%s' does not hold block %d,%d with %d extra layers in all "
+                       "(written as '%s')",
+                       path, lineno, p, r->i, r->j, r->extra, canon);
+    snprintf(r->plan, sizeof r->plan, "%s", p);
+    return RP_OK;
+}
+
+static rp_status parse_row(rp_scan_csv *csv, const char *line, const char *path, int lineno,
+                           bool v1) {
     rp_scan_row r;
+    memset(&r, 0, sizeof r);
     const char *p = line;
     if (!parse_int_field(&p, &r.i) || !parse_int_field(&p, &r.j) || !parse_int_field(&p, &r.extra))
         return rp_fail(RP_ERR_FORMAT, "%s:%d: i, j and extra must be layer numbers: '%s'", path,
@@ -159,16 +188,19 @@ static rp_status parse_row(rp_scan_csv *csv, const char *line, const char *path,
                        path, lineno, (int)(comma - p), p, csv->metric ? csv->metric : "(none)");
     p = comma + 1;
     if (!parse_double_field(&p, &r.value, false) || !parse_double_field(&p, &r.delta, false) ||
-        !parse_double_field(&p, &r.seconds, true) || *p)
+        !parse_double_field(&p, &r.seconds, true) || (v1 ? *p != 0 : !*p || p[-1] != ','))
         return rp_fail(RP_ERR_FORMAT,
-                       "%s:%d: value, delta and seconds must be numbers (7 columns): '%s'", path,
-                       lineno, line);
-    if (r.j <= r.i || r.extra != r.j - r.i)
+                       "%s:%d: value, delta and seconds must be numbers (%d columns): '%s'", path,
+                       lineno, v1 ? 7 : 8, line);
+    if (r.j <= r.i || (v1 && r.extra != r.j - r.i))
         return rp_fail(RP_ERR_FORMAT,
                        "%s:%d: block %d,%d with %d extra layers is not a block [i,j)", path, lineno,
                        r.i, r.j, r.extra);
-    if (rp_scan_csv_find(csv, r.i, r.j))
-        return rp_fail(RP_ERR_FORMAT, "%s:%d: block %d,%d appears twice", path, lineno, r.i, r.j);
+    rp_status s = v1 ? RP_OK : parse_plan(&r, p, path, lineno);
+    if (s) return s;
+    if (v1) snprintf(r.plan, sizeof r.plan, "%d-%d", r.i, r.j);
+    if (rp_scan_csv_find_plan(csv, r.plan))
+        return rp_fail(RP_ERR_FORMAT, "%s:%d: plan %s appears twice", path, lineno, r.plan);
     return rp_scan_csv_add(csv, &r);
 }
 
@@ -179,7 +211,7 @@ rp_status rp_scan_csv_read(const char *path, rp_scan_csv *csv) {
     rp_status s = rp_read_file(path, &data, &len);
     if (s) return s;
     int lineno = 0;
-    bool header = false;
+    bool header = false, v1 = false;
     for (char *p = data; *p && !s;) {
         char *nl = strchr(p, '\n');
         if (nl) *nl = 0;
@@ -187,7 +219,8 @@ rp_status rp_scan_csv_read(const char *path, rp_scan_csv *csv) {
         if (n && p[n - 1] == '\r') p[--n] = 0;
         lineno++;
         if (lineno == 1) {
-            if (strcmp(p, RP_SCAN_CSV_MAGIC))
+            v1 = !strcmp(p, RP_SCAN_CSV_MAGIC_V1);
+            if (strcmp(p, RP_SCAN_CSV_MAGIC) && !v1)
                 s = rp_fail(RP_ERR_FORMAT,
                             "%s:1: not a reprise scan CSV (the first line is not '%s')", path,
                             RP_SCAN_CSV_MAGIC);
@@ -208,15 +241,16 @@ rp_status rp_scan_csv_read(const char *path, rp_scan_csv *csv) {
                 free(key);
             }
         } else if (!header) {
-            if (strcmp(p, RP_SCAN_CSV_HEADER))
+            const char *want = v1 ? RP_SCAN_CSV_HEADER_V1 : RP_SCAN_CSV_HEADER;
+            if (strcmp(p, want))
                 s = rp_fail(RP_ERR_FORMAT, "%s:%d: expected the column names '%s'", path, lineno,
-                            RP_SCAN_CSV_HEADER);
+                            want);
             else if (!csv->metric)
                 s = rp_fail(RP_ERR_FORMAT, "%s: no '# metric:' setting before the column names",
                             path);
             header = true;
         } else if (n) {
-            s = parse_row(csv, p, path, lineno);
+            s = parse_row(csv, p, path, lineno, v1);
         }
         p = nl ? nl + 1 : p + n;
     }
@@ -256,8 +290,8 @@ rp_status rp_scan_csv_write(const char *path, const rp_scan_csv *csv) {
     ok = ok && rp_buf_printf(&b, "%s\n", RP_SCAN_CSV_HEADER);
     for (int k = 0; k < csv->n_rows && ok; k++) {
         const rp_scan_row *r = &csv->rows[k];
-        ok = rp_buf_printf(&b, "%d,%d,%d,%s,%.10g,%.10g,%.3f\n", r->i, r->j, r->extra,
-                           csv->metric ? csv->metric : "", r->value, r->delta, r->seconds);
+        ok = rp_buf_printf(&b, "%d,%d,%d,%s,%.10g,%.10g,%.3f,%s\n", r->i, r->j, r->extra,
+                           csv->metric ? csv->metric : "", r->value, r->delta, r->seconds, r->plan);
     }
     if (!ok) {
         rp_buf_free(&b);

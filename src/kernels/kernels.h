@@ -68,7 +68,8 @@ typedef struct rp_pack_ops {
 
 /* Attention over one split of keys: queries i < nq (rows q[i], dk floats)
  * against the keys at positions [k0, k1) of one KV head (position p in cell
- * p % cap; K rows of dk, V rows of dv elements, F32 or F16), query i seeing
+ * p % cap; K rows of dk, V rows of dv elements, F32, F16 or a KV block type
+ * of rp_kv_type_ok, quantized rows a multiple of 32 elements), query i seeing
  * the positions [beg[i], end[i]) (within the split; may be empty). Scores are
  * scale * q.k, then softcap * tanh(score / softcap) when softcap > 0. Per
  * query: m[i] the largest visible score (-INFINITY if none), l[i] the sum of
@@ -117,6 +118,9 @@ typedef struct rp_kernels {
     float (*dot_f16_f32)(int n, const uint16_t *a, const float *b);
     void (*axpy_f16)(int n, float a, const uint16_t *x, float *y);
     void (*f32_to_f16)(const float *x, uint16_t *y, int n);
+    /* quantized KV cache rows (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) to n
+     * floats, n % 32 == 0: exactly the floats of the type's dequantizer */
+    void (*kv_to_f32[RP_TYPE_COUNT])(const void *row, float *y, int n);
     /* optional: attention over a split of keys (see rp_attn_split) */
     rp_attn_split_fn attn_split;
     /* gated delta-net: the delta rule and the conv, per token */
@@ -137,5 +141,9 @@ void rp_delta_token_ref(float *S, int d, float decay, float beta, const float *q
 void rp_conv_token_ref(float *x, float *h, const float *w, int k, int channels, long c0, long c1);
 void rp_kernels_fill_avx2(rp_kernels *k);
 void rp_kernels_fill_avx512(rp_kernels *k);
+/* The attention and KV-cache entries (attn_*.c), filled after the above. */
+void rp_attn_fill_ref(rp_kernels *k);
+void rp_attn_fill_avx2(rp_kernels *k);
+void rp_attn_fill_avx512(rp_kernels *k);
 
 #endif

@@ -1,5 +1,6 @@
 #include "kernels/ops.h"
 #include "kernels/kernels.h"
+#include "kernels/types.h"
 #include "base/util.h"
 
 #include <math.h>
@@ -192,23 +193,49 @@ size_t rp_attention_scratch(int n_ctx, int n_head, int n_head_kv) {
     return (size_t)group * (size_t)(n_ctx + 16);
 }
 
+bool rp_kv_type_ok(int type) {
+    switch (type) {
+    case RP_TYPE_F32:
+    case RP_TYPE_F16:
+    case RP_TYPE_Q8_0:
+    case RP_TYPE_Q4_0:
+    case RP_TYPE_Q4_1:
+    case RP_TYPE_Q5_0:
+    case RP_TYPE_Q5_1:
+    case RP_TYPE_IQ4_NL:
+        return true;
+    default:
+        return false;
+    }
+}
+
+size_t rp_kv_row_bytes(int type, int dim) {
+    return rp_kv_type_ok(type) ? rp_row_size(type, dim) : 0;
+}
+
+static void kv_row_write(const rp_kernels *kn, int type, const float *x, void *row, int n) {
+    if (type == RP_TYPE_F32)
+        memcpy(row, x, (size_t)n * sizeof(float));
+    else if (type == RP_TYPE_F16)
+        kn->f32_to_f16(x, row, n);
+    else if (type == RP_TYPE_Q8_0)
+        kn->act_quant[RP_TYPE_Q8_0](x, row, n);
+    else
+        rp_type_get(type)->from_float(x, row, n);
+}
+
 void rp_kv_write(const rp_kv_view *kv, int n_head_kv, int head_dim_k, int head_dim_v, int pos,
                  const float *k, const float *v) {
     const rp_kernels *kn = rp_kern();
-    int cell = pos % kv->cap;
+    const int cell = pos % kv->cap;
+    const size_t rk = rp_kv_row_bytes(kv->type_k, head_dim_k),
+                 rv = rp_kv_row_bytes(kv->type_v, head_dim_v);
     for (int h = 0; h < n_head_kv; h++) {
-        size_t ok = ((size_t)h * (size_t)kv->cap + (size_t)cell) * (size_t)head_dim_k;
-        size_t ov = ((size_t)h * (size_t)kv->cap + (size_t)cell) * (size_t)head_dim_v;
-        if (kv->type_k == RP_TYPE_F16)
-            kn->f32_to_f16(k + (size_t)h * head_dim_k, (uint16_t *)kv->k + ok, head_dim_k);
-        else
-            memcpy((float *)kv->k + ok, k + (size_t)h * head_dim_k,
-                   (size_t)head_dim_k * sizeof(float));
-        if (kv->type_v == RP_TYPE_F16)
-            kn->f32_to_f16(v + (size_t)h * head_dim_v, (uint16_t *)kv->v + ov, head_dim_v);
-        else
-            memcpy((float *)kv->v + ov, v + (size_t)h * head_dim_v,
-                   (size_t)head_dim_v * sizeof(float));
+        const size_t at = (size_t)h * (size_t)kv->cap + (size_t)cell;
+        kv_row_write(kn, kv->type_k, k + (size_t)h * head_dim_k, (uint8_t *)kv->k + at * rk,
+                     head_dim_k);
+        kv_row_write(kn, kv->type_v, v + (size_t)h * head_dim_v, (uint8_t *)kv->v + at * rv,
+                     head_dim_v);
     }
 }
 
@@ -221,6 +248,28 @@ typedef struct attn_job {
     size_t per_thread;
 } attn_job;
 
+/* q . K row (any cache type; quantized rows decoded into buf first) */
+static float key_dot(const rp_kernels *kn, int type, const void *row, const float *q, int dk,
+                     float *buf) {
+    if (type == RP_TYPE_F16) return kn->dot_f16_f32(dk, row, q);
+    if (type == RP_TYPE_F32) return kn->dot_f32(dk, row, q);
+    kn->kv_to_f32[type](row, buf, dk);
+    return kn->dot_f32(dk, buf, q);
+}
+
+/* o += w * V row */
+static void value_axpy(const rp_kernels *kn, int type, float w, const void *row, float *o, int dv,
+                       float *buf) {
+    if (type == RP_TYPE_F16) {
+        kn->axpy_f16(dv, w, row, o);
+    } else if (type == RP_TYPE_F32) {
+        kn->axpy_f32(dv, w, row, o);
+    } else {
+        kn->kv_to_f32[type](row, buf, dv);
+        kn->axpy_f32(dv, w, buf, o);
+    }
+}
+
 static void attn_task(void *arg, int ith, int nth) {
     const attn_job *j = arg;
     const rp_attn_args *a = j->a;
@@ -228,6 +277,7 @@ static void attn_task(void *arg, int ith, int nth) {
     const int group = a->n_head / a->n_head_kv;
     const int dk = a->head_dim_k, dv = a->head_dim_v;
     float *sc = j->scratch + (size_t)ith * j->per_thread;
+    _Alignas(64) float buf[RP_KV_QMAXD];
     const int n_tasks = a->n_tok * a->n_head_kv;
     for (int task = ith; task < n_tasks; task += nth) {
         const int t = task / a->n_head_kv, g = task % a->n_head_kv;
@@ -236,19 +286,16 @@ static void attn_task(void *arg, int ith, int nth) {
         const int lo = a->window > 0 ? RP_MAX(0, p - a->window + 1) : 0;
         const int n = p - lo + 1;
         RP_ASSERT(n <= kv->cap);
-        const size_t head_k = (size_t)g * (size_t)kv->cap * (size_t)dk;
-        const size_t head_v = (size_t)g * (size_t)kv->cap * (size_t)dv;
+        const size_t rk = rp_kv_row_bytes(kv->type_k, dk), rv = rp_kv_row_bytes(kv->type_v, dv);
+        const uint8_t *K = (const uint8_t *)kv->k + (size_t)g * (size_t)kv->cap * rk;
+        const uint8_t *V = (const uint8_t *)kv->v + (size_t)g * (size_t)kv->cap * rv;
         for (int hh = 0; hh < group; hh++) {
             const int h = g * group + hh;
             const float *q = a->q + (size_t)t * (size_t)a->q_stride + (size_t)h * (size_t)dk;
             float *s = sc + (size_t)hh * (size_t)(j->per_thread / (size_t)group);
             for (int i = 0; i < n; i++) {
-                int cell = (lo + i) % kv->cap;
-                float d =
-                    kv->type_k == RP_TYPE_F16
-                        ? kn->dot_f16_f32(dk, (const uint16_t *)kv->k + head_k + (size_t)cell * dk,
-                                          q)
-                        : kn->dot_f32(dk, (const float *)kv->k + head_k + (size_t)cell * dk, q);
+                const int cell = (lo + i) % kv->cap;
+                float d = key_dot(kn, kv->type_k, K + (size_t)cell * rk, q, dk, buf);
                 d *= a->scale;
                 if (a->softcap > 0) d = a->softcap * tanhf(d / a->softcap);
                 s[i] = d;
@@ -257,11 +304,8 @@ static void attn_task(void *arg, int ith, int nth) {
             float *o = a->out + (size_t)t * (size_t)a->out_stride + (size_t)h * (size_t)dv;
             memset(o, 0, (size_t)dv * sizeof(float));
             for (int i = 0; i < n; i++) {
-                int cell = (lo + i) % kv->cap;
-                if (kv->type_v == RP_TYPE_F16)
-                    kn->axpy_f16(dv, s[i], (const uint16_t *)kv->v + head_v + (size_t)cell * dv, o);
-                else
-                    kn->axpy_f32(dv, s[i], (const float *)kv->v + head_v + (size_t)cell * dv, o);
+                const int cell = (lo + i) % kv->cap;
+                value_axpy(kn, kv->type_v, s[i], V + (size_t)cell * rv, o, dv, buf);
             }
         }
     }
@@ -321,19 +365,19 @@ static void item_split(const attn_plan *P, int i, int s, float *m, float *l, flo
         const rp_kv_view *kv = a->kv[ta];
         int tb = ta + 1;
         while (tb < t1 && a->kv[tb] == kv) tb++;
-        const size_t ek = kv->type_k == RP_TYPE_F16 ? 2 : 4, ev = kv->type_v == RP_TYPE_F16 ? 2 : 4;
-        rp_attn_split sp = {
-            .k0 = k0,
-            .k1 = k1,
-            .k = (const uint8_t *)kv->k + (size_t)g * (size_t)kv->cap * (size_t)a->head_dim_k * ek,
-            .v = (const uint8_t *)kv->v + (size_t)g * (size_t)kv->cap * (size_t)a->head_dim_v * ev,
-            .type_k = kv->type_k,
-            .type_v = kv->type_v,
-            .cap = kv->cap,
-            .dk = a->head_dim_k,
-            .dv = a->head_dim_v,
-            .scale = a->scale,
-            .softcap = a->softcap};
+        const size_t rk = rp_kv_row_bytes(kv->type_k, a->head_dim_k),
+                     rv = rp_kv_row_bytes(kv->type_v, a->head_dim_v);
+        rp_attn_split sp = {.k0 = k0,
+                            .k1 = k1,
+                            .k = (const uint8_t *)kv->k + (size_t)g * (size_t)kv->cap * rk,
+                            .v = (const uint8_t *)kv->v + (size_t)g * (size_t)kv->cap * rv,
+                            .type_k = kv->type_k,
+                            .type_v = kv->type_v,
+                            .cap = kv->cap,
+                            .dk = a->head_dim_k,
+                            .dv = a->head_dim_v,
+                            .scale = a->scale,
+                            .softcap = a->softcap};
         const int first = (ta - t0) * P->hq;
         bool any = false;
         for (int t = ta; t < tb; t++) {
@@ -475,10 +519,11 @@ static void attn_merge_task(void *arg, int ith, int nth) {
 void rp_attention(rp_compute *cc, const rp_attn_args *a, float *scratch, size_t per_thread) {
     const rp_kernels *kn = rp_kern();
     /* an F32 cache keeps the per-key arithmetic, llama.cpp's (the goldens
-     * match it bit for bit); F16 caches (the default) take the split path */
-    const bool f16 =
-        a->n_tok > 0 && a->kv[0]->type_k == RP_TYPE_F16 && a->kv[0]->type_v == RP_TYPE_F16;
-    if (!kn->attn_split || !f16 || a->head_dim_k > RP_ATTN_MAXD || a->head_dim_v > RP_ATTN_MAXD) {
+     * match it bit for bit); F16 caches (the default) and quantized ones take
+     * the split path */
+    const bool split =
+        a->n_tok > 0 && a->kv[0]->type_k != RP_TYPE_F32 && a->kv[0]->type_v != RP_TYPE_F32;
+    if (!kn->attn_split || !split || a->head_dim_k > RP_ATTN_MAXD || a->head_dim_v > RP_ATTN_MAXD) {
         attn_job j = {a, scratch, per_thread};
         rp_pool_run(cc->pool, attn_task, &j);
         return;

@@ -58,9 +58,12 @@ void rp_softmax(float *x, int n);            /* in place */
 
 /* ---- attention ----------------------------------------------------------- */
 
-/* One sequence's cache for one plan step: [n_head_kv][cap][head_dim] for K and
- * for V, F32 or F16. Position p lives in cell p % cap (cap >= the positions a
- * token can see, so a ring buffer is only a smaller cap). */
+/* One sequence's cache for one plan step: [n_head_kv][cap][row] for K and for
+ * V, a row being one head's head_dim elements in the cache type: F32, F16, or
+ * one of llama.cpp's 32-element blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
+ * their ggml layouts byte for byte; head_dim a multiple of 32). Position p
+ * lives in cell p % cap (cap >= the positions a token can see, so a ring
+ * buffer is only a smaller cap). */
 typedef struct rp_kv_view {
     void *k, *v;
     int type_k, type_v;
@@ -81,11 +84,21 @@ typedef struct rp_attn_args {
     const rp_kv_view *const *kv; /* [n_tok] the token's sequence cache */
 } rp_attn_args;
 
+/* Whether a KV cache can hold this type (the list above), and the bytes of
+ * one cache row of dim elements (0: not a cache type, or dim not a multiple
+ * of its block). Quantized rows are at most RP_KV_QMAXD elements. */
+#define RP_KV_QMAXD 1024
+bool rp_kv_type_ok(int type);
+size_t rp_kv_row_bytes(int type, int dim);
+
 /* Scratch floats attention needs per thread for n_ctx visible positions. */
 size_t rp_attention_scratch(int n_ctx, int n_head, int n_head_kv);
 void rp_attention(rp_compute *cc, const rp_attn_args *a, float *scratch, size_t scratch_per_thread);
 
-/* Write one token's K and V rows ([n_head_kv * head_dim]) at position pos. */
+/* Write one token's K and V rows ([n_head_kv * head_dim]) at position pos,
+ * encoded as llama.cpp's CPU backend stores them: F16 rounded to nearest,
+ * Q8_0 as its x86 quantize_row_q8_0 (rp_act_q8_0), the other block types by
+ * their reference quantizers. */
 void rp_kv_write(const rp_kv_view *kv, int n_head_kv, int head_dim_k, int head_dim_v, int pos,
                  const float *k, const float *v);
 

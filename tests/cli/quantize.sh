@@ -106,11 +106,11 @@ expect_error quantize_unwritable "$T/no/dir/x.gguf" "$BIN" quantize "$F32" "$T/n
 
 # bench: a llama-bench style table with both tests, and the bandwidth probe
 "$BIN" bench -m "$T/q-Q4_K_M.gguf" -p 16 -n 4 -r 2 -t 2 > "$T/bench" 2> /dev/null
-grep -q '| *model *| *size *| *params *| *threads *| *layers *| *test *| *t/s *|' "$T/bench" &&
-    grep -q '| *qwen3 [0-9.]*M q4_K+ .* 2 | *8 | *pp16 | *[0-9.]* ± [0-9.]* |' "$T/bench" &&
+grep -q '| *model *| *size *| *params *| *plan *| *layers *| *threads *| *type_k *| *type_v *| *test *| *t/s *|' "$T/bench" &&
+    grep -q '| *qwen3 [0-9.]*M q4_K+ .*| *identity *| *8 | *2 | *f16 | *f16 | *pp16 | *[0-9.]* ± [0-9.]* |' "$T/bench" &&
     grep -q '| *tg4 |' "$T/bench" && ok bench_table || fail bench_table "$(cat "$T/bench" | head -c 400)"
 "$BIN" bench -m "$T/q-Q4_K_M.gguf" -p 16 -n 0 -r 1 --repeat-layers 3,5 > "$T/bench" 2> /dev/null
-grep -q '| *10 | *pp16 |' "$T/bench" && ok bench_repeat_layers || fail bench_repeat_layers "$(cat "$T/bench" | head -c 300)"
+grep -q '| *repeat 3,5 *| *10 |.*| *pp16 |' "$T/bench" && ok bench_repeat_layers || fail bench_repeat_layers "$(cat "$T/bench" | head -c 300)"
 "$BIN" bench --bandwidth --bandwidth-mib 64 -t 1 > "$T/bw" 2> /dev/null
 grep -q '^bandwidth: [0-9.]* GB/s read, 1 threads' "$T/bw" && ok bench_bandwidth || fail bench_bandwidth "$(cat "$T/bw")"
 expect_error bench_no_model "no model given" "$BIN" bench -p 8

@@ -166,3 +166,15 @@ if start_server E -np 2 -c 8192 --grace 0.3; then
     checks sigterm SIGTERM_TOKENS=100000 SIGTERM_EXPECT=cut
     stop_server E
 fi
+
+# ---- S: structured output, log-probabilities, request fields, conventions (tests/py/serve_structured.py)
+if start_server S -np 2 -c 512 --chat-template chatml --cors '*'; then
+    run_checker checker_structured env MODEL_ID="stories260K.gguf" SERVER_LOG="$T/S.err" timeout 300 \
+        python3 "$ROOT/tests/py/serve_structured.py" main "$PORT"
+    stop_server S
+fi
+if start_server SP -np 1 -c 512 --spec --draft-p-min 0; then
+    run_checker checker_structured_spec env MODEL_ID="stories260K.gguf" timeout 300 \
+        python3 "$ROOT/tests/py/serve_structured.py" spec "$PORT"
+    stop_server SP
+fi

@@ -8,11 +8,12 @@ Q35="$S/models/synth/qwen35-tiny.gguf"
 
 # same_text NAME MODEL "PLAIN FLAGS" "SPEC FLAGS" PROMPT-FLAGS...
 same_text() {
-    local name=$1 model=$2 plain=$3 spec=$4; shift 4
+    local name=$1 model=$2 plain=$3 spec=$4 threads=(-t 1); shift 4
+    [[ " $plain " == *" -t "* ]] && threads=() # a repeated -t is an error: the plan flags give it
     # shellcheck disable=SC2086
-    "$BIN" run -m "$model" -t 1 $plain "$@" -n 40 --temp 0 > "$T/a.txt" 2> "$T/a.err" || { fail "$name" "plain: $(tail -1 "$T/a.err")"; return; }
+    "$BIN" run -m "$model" "${threads[@]}" $plain "$@" -n 40 --temp 0 > "$T/a.txt" 2> "$T/a.err" || { fail "$name" "plain: $(tail -1 "$T/a.err")"; return; }
     # shellcheck disable=SC2086
-    "$BIN" run -m "$model" -t 1 $plain $spec "$@" -n 40 --temp 0 > "$T/b.txt" 2> "$T/b.err" || { fail "$name" "spec: $(tail -1 "$T/b.err")"; return; }
+    "$BIN" run -m "$model" "${threads[@]}" $plain $spec "$@" -n 40 --temp 0 > "$T/b.txt" 2> "$T/b.err" || { fail "$name" "spec: $(tail -1 "$T/b.err")"; return; }
     if ! grep -q "speculative: [0-9]* of [0-9]* drafted tokens accepted" "$T/b.err"; then fail "$name" "no acceptance line"; return; fi
     if cmp -s "$T/a.txt" "$T/b.txt"; then ok "$name"; else fail "$name" "text differs: '$(head -c 80 "$T/a.txt")' vs '$(head -c 80 "$T/b.txt")'"; fi
 }

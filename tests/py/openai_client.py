@@ -70,8 +70,30 @@ def main():
         except Exception as ex:  # noqa: BLE001
             fail(name, "raised %r" % ex)
 
-    raises("openai_unknown_model", openai.NotFoundError,
-           lambda: client.completions.create(model="gpt-4o", prompt="x", max_tokens=2))
+    # a one-model server serves any model name, as llama-server does (clients send fixed names)
+    try:
+        r = client.completions.create(model="gpt-4o", prompt="x", max_tokens=2)
+        check("openai_any_model_name", r.model == MODEL_ID and r.choices[0].text is not None, r)
+    except Exception as ex:  # noqa: BLE001
+        fail("openai_any_model_name", "raised %r" % ex)
+    try:
+        r = client.chat.completions.create(model="gpt-4o-mini", max_tokens=6, temperature=0, logprobs=True,
+                                           top_logprobs=2, messages=[{"role": "user", "content": "Hi"}])
+        lp = r.choices[0].logprobs.content
+        check("openai_chat_logprobs", len(lp) == r.usage.completion_tokens and all(len(t.top_logprobs) == 2 for t in lp), r)
+    except Exception as ex:  # noqa: BLE001
+        fail("openai_chat_logprobs", "raised %r" % ex)
+    try:
+        r = client.chat.completions.create(model=MODEL_ID, max_tokens=100, temperature=0.8, seed=3,
+                                           response_format={"type": "json_object"},
+                                           messages=[{"role": "user", "content": "Hi"}])
+        import json as _json
+        good = r.choices[0].finish_reason == "length"
+        if not good:
+            good = isinstance(_json.loads(r.choices[0].message.content), dict)
+        check("openai_json_object", good, r.choices[0].message.content)
+    except Exception as ex:  # noqa: BLE001
+        fail("openai_json_object", "raised %r" % ex)
     raises("openai_bad_value", openai.UnprocessableEntityError,
            lambda: client.completions.create(model=MODEL_ID, prompt="x", max_tokens=2, temperature=-1))
     bad = openai.OpenAI(base_url=base, api_key="not-the-key", max_retries=0, timeout=30)

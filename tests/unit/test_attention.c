@@ -1,11 +1,15 @@
-/* Attention over F16 caches (the split path where the CPU has its kernel):
+/* Attention over F16 and quantized caches (the split path where the CPU has
+ * its kernel; an F32 K or V takes the per-key path, quantized rows decoded by
+ * the table's kv_to_f32):
  * against a double-precision reference computed from the cached values, for
  * grouped heads (1, 2, 8 and 12 query heads per KV head), head dims with
  * tails, sliding windows on ring caches, soft-capping and contexts spanning
  * several splits; and bit for bit, a batch equals its tokens one at a time,
  * on one thread and on two (where a single token's splits are spread over
  * the threads), with two sequences interleaved in a batch. */
+#include "kernels/kernels.h"
 #include "kernels/ops.h"
+#include "kernels/types.h"
 #include "test.h"
 #include "base/threads.h"
 #include "base/util.h"
@@ -18,35 +22,50 @@ typedef struct acase {
     int n_head, n_head_kv, dk, dv;
     int window, cap; /* cap < n_ctx: a ring of the last cap positions */
     float softcap;
-    int n_pos; /* positions of each sequence: 0 .. n_pos - 1 */
+    int n_pos;          /* positions of each sequence: 0 .. n_pos - 1 */
+    int type_k, type_v; /* 0 (F32) is read as F16 unless f32 is set */
+    bool f32;
 } acase;
+
+static int case_type(const acase *c, bool v) {
+    const int t = v ? c->type_v : c->type_k;
+    return t == RP_TYPE_F32 && !c->f32 ? RP_TYPE_F16 : t;
+}
+
+/* the row of head g at cell, dequantized by the type's own dequantizer (the
+ * reference the cache's readers must agree with) */
+static void cached(const rp_kv_view *kv, bool v, int g, int cell, int dim, float *row) {
+    const int type = v ? kv->type_v : kv->type_k;
+    const size_t rb = rp_kv_row_bytes(type, dim);
+    const uint8_t *base = (const uint8_t *)(v ? kv->v : kv->k);
+    rp_type_get(type)->to_float(base + ((size_t)g * (size_t)kv->cap + (size_t)cell) * rb, row, dim);
+}
 
 /* the reference: softmax over the visible positions in double */
 static void reference(const acase *c, const rp_kv_view *kv, const float *q, int p, float *out) {
     const int group = c->n_head / c->n_head_kv, lo = c->window ? RP_MAX(0, p - c->window + 1) : 0;
     double *s = malloc(sizeof(double) * (size_t)(p + 1));
+    float row[512];
+    double o[512];
     for (int h = 0; h < c->n_head; h++) {
         const int g = h / group;
-        const uint16_t *K = (const uint16_t *)kv->k + (size_t)g * kv->cap * c->dk;
-        const uint16_t *V = (const uint16_t *)kv->v + (size_t)g * kv->cap * c->dv;
         double mx = -INFINITY, sum = 0;
         for (int i = lo; i <= p; i++) {
             double d = 0;
-            for (int e = 0; e < c->dk; e++)
-                d += (double)q[h * c->dk + e] *
-                     rp_fp16_to_fp32(K[(size_t)(i % kv->cap) * c->dk + e]);
+            cached(kv, false, g, i % kv->cap, c->dk, row);
+            for (int e = 0; e < c->dk; e++) d += (double)q[h * c->dk + e] * row[e];
             d /= sqrt((double)c->dk);
             if (c->softcap > 0) d = c->softcap * tanh(d / c->softcap);
             s[i] = d;
             mx = fmax(mx, d);
         }
         for (int i = lo; i <= p; i++) sum += (s[i] = exp(s[i] - mx));
-        for (int e = 0; e < c->dv; e++) {
-            double o = 0;
-            for (int i = lo; i <= p; i++)
-                o += s[i] * rp_fp16_to_fp32(V[(size_t)(i % kv->cap) * c->dv + e]);
-            out[h * c->dv + e] = (float)(o / sum);
+        for (int e = 0; e < c->dv; e++) o[e] = 0;
+        for (int i = lo; i <= p; i++) {
+            cached(kv, true, g, i % kv->cap, c->dv, row);
+            for (int e = 0; e < c->dv; e++) o[e] += s[i] * row[e];
         }
+        for (int e = 0; e < c->dv; e++) out[h * c->dv + e] = (float)(o[e] / sum);
     }
     free(s);
 }
@@ -62,11 +81,13 @@ static void run_case(const acase *c) {
     const int nb = RP_MIN(P, 24);
     const int n_tok = 2 * nb;
     rp_kv_view kv[2];
-    uint16_t *mem[2][2];
+    void *mem[2][2];
+    const int tk = case_type(c, false), tv = case_type(c, true);
     for (int s = 0; s < n_seq; s++) {
         for (int j = 0; j < 2; j++)
-            mem[s][j] = rp_alloc_aligned((size_t)c->n_head_kv * cap * (j ? c->dv : c->dk) * 2, "t");
-        kv[s] = (rp_kv_view){mem[s][0], mem[s][1], RP_TYPE_F16, RP_TYPE_F16, cap};
+            mem[s][j] = rp_alloc_aligned(
+                (size_t)c->n_head_kv * cap * rp_kv_row_bytes(j ? tv : tk, j ? c->dv : c->dk), "t");
+        kv[s] = (rp_kv_view){mem[s][0], mem[s][1], tk, tv, cap};
     }
     float *q = malloc(sizeof(float) * (size_t)n_tok * wq), *k = malloc(sizeof(float) * (size_t)wk),
           *v = malloc(sizeof(float) * (size_t)wv);
@@ -145,15 +166,81 @@ static void run_case(const acase *c) {
 }
 
 void test_attention_f16(void) {
+    enum { F16 = RP_TYPE_F16 };
     const acase cases[] = {
-        {"qwen3-like 16/8 x 128, 40 positions", 16, 8, 128, 128, 0, 0, 0, 40},
-        {"16/8 x 128, 700 positions (3 splits)", 16, 8, 128, 128, 0, 0, 0, 700},
-        {"MQA 8/1 x 64, 600 positions", 8, 1, 64, 64, 0, 0, 0, 600},
-        {"12/1 x 80 (head chunks, tails), 300 positions", 12, 1, 80, 80, 0, 0, 0, 300},
-        {"4/2 x 256 / 96, softcap 50", 4, 2, 256, 96, 0, 0, 50.0f, 270},
-        {"window 100 on a ring of 123, 520 positions", 4, 2, 64, 64, 100, 123, 0, 520},
-        {"window 300, full cache, 530 positions", 4, 4, 32, 48, 300, 0, 0, 530},
-        {"1 position", 2, 1, 16, 16, 0, 0, 0, 1},
+        {"qwen3-like 16/8 x 128, 40 positions", 16, 8, 128, 128, 0, 0, 0, 40, F16, F16, false},
+        {"16/8 x 128, 700 positions (3 splits)", 16, 8, 128, 128, 0, 0, 0, 700, F16, F16, false},
+        {"MQA 8/1 x 64, 600 positions", 8, 1, 64, 64, 0, 0, 0, 600, F16, F16, false},
+        {"12/1 x 80 (head chunks, tails), 300 positions", 12, 1, 80, 80, 0, 0, 0, 300, F16, F16,
+         false},
+        {"4/2 x 256 / 96, softcap 50", 4, 2, 256, 96, 0, 0, 50.0f, 270, F16, F16, false},
+        {"window 100 on a ring of 123, 520 positions", 4, 2, 64, 64, 100, 123, 0, 520, F16, F16,
+         false},
+        {"window 300, full cache, 530 positions", 4, 4, 32, 48, 300, 0, 0, 530, F16, F16, false},
+        {"1 position", 2, 1, 16, 16, 0, 0, 0, 1, F16, F16, false},
     };
     for (size_t i = 0; i < RP_ARRAY_LEN(cases); i++) run_case(&cases[i]);
+}
+
+/* every quantized cache type (llama.cpp's -ctk / -ctv), on the split path
+ * and, with an F32 partner, on the per-key path */
+void test_attention_quant(void) {
+    enum { F16 = RP_TYPE_F16, F32 = RP_TYPE_F32 };
+    const acase cases[] = {
+        {"q8_0: 16/8 x 128, 700 positions", 16, 8, 128, 128, 0, 0, 0, 700, RP_TYPE_Q8_0,
+         RP_TYPE_Q8_0, false},
+        {"q4_0: MQA 8/1 x 64, 600 positions", 8, 1, 64, 64, 0, 0, 0, 600, RP_TYPE_Q4_0,
+         RP_TYPE_Q4_0, false},
+        {"q4_1: 12/1 x 64 (head chunks), 300 positions", 12, 1, 64, 64, 0, 0, 0, 300, RP_TYPE_Q4_1,
+         RP_TYPE_Q4_1, false},
+        {"q5_0: 4/2 x 256 / 96, softcap 50", 4, 2, 256, 96, 0, 0, 50.0f, 270, RP_TYPE_Q5_0,
+         RP_TYPE_Q5_0, false},
+        {"q5_1: window 100 on a ring of 123", 4, 2, 64, 64, 100, 123, 0, 520, RP_TYPE_Q5_1,
+         RP_TYPE_Q5_1, false},
+        {"iq4_nl: 4/4 x 32, window 300", 4, 4, 32, 32, 300, 0, 0, 530, RP_TYPE_IQ4_NL,
+         RP_TYPE_IQ4_NL, false},
+        {"q8_0 K, f16 V", 8, 2, 64, 64, 0, 0, 0, 280, RP_TYPE_Q8_0, F16, false},
+        {"f16 K, q4_0 V", 8, 2, 64, 64, 0, 0, 0, 280, F16, RP_TYPE_Q4_0, false},
+        {"f32 K, q8_0 V (per-key path)", 8, 2, 64, 64, 0, 0, 0, 280, F32, RP_TYPE_Q8_0, true},
+        {"iq4_nl K, f32 V (per-key path)", 4, 2, 96, 64, 0, 0, 0, 300, RP_TYPE_IQ4_NL, F32, true},
+        {"q5_1 K, f32 V (per-key path)", 4, 1, 32, 32, 0, 0, 0, 90, RP_TYPE_Q5_1, F32, true},
+        {"q8_0: 1 position", 2, 1, 32, 32, 0, 0, 0, 1, RP_TYPE_Q8_0, RP_TYPE_Q8_0, false},
+    };
+    for (size_t i = 0; i < RP_ARRAY_LEN(cases); i++) run_case(&cases[i]);
+}
+
+/* the decoders of quantized cache rows: every ISA the CPU has gives exactly
+ * the floats of the type's dequantizer, on rows of random blocks (random
+ * scales, every nibble and 5th-bit pattern) */
+void test_attention_kv_rows(void) {
+    const int types[] = {RP_TYPE_Q8_0, RP_TYPE_Q4_0, RP_TYPE_Q4_1,
+                         RP_TYPE_Q5_0, RP_TYPE_Q5_1, RP_TYPE_IQ4_NL};
+    enum { N = 256 };
+    rp_rng r;
+    rp_rng_seed(&r, 4242);
+    for (size_t ti = 0; ti < RP_ARRAY_LEN(types); ti++) {
+        const int t = types[ti];
+        const size_t rb = rp_kv_row_bytes(t, N);
+        REQUIRE(rb == rp_row_size(t, N), "%s: row bytes", rp_type_name(t));
+        uint8_t row[N * 2];
+        for (size_t i = 0; i < rb; i++) row[i] = (uint8_t)rp_rng_next(&r);
+        /* finite scales: fp16 halves with a small exponent */
+        const size_t bb = rb / (N / 32);
+        for (int b = 0; b < N / 32; b++) {
+            uint8_t *blk = row + (size_t)b * bb;
+            blk[1] = (uint8_t)(0x20 + (blk[1] & 0x1F)) | (blk[1] & 0x80);
+            if (t == RP_TYPE_Q4_1 || t == RP_TYPE_Q5_1)
+                blk[3] = (uint8_t)(0x20 + (blk[3] & 0x1F)) | (blk[3] & 0x80);
+        }
+        float want[N], got[N];
+        rp_type_get(t)->to_float(row, want, N);
+        for (int isa = RP_ISA_SCALAR; isa <= (int)rp_cpu_isa_max(); isa++) {
+            const rp_kernels *k = rp_kern_for((rp_isa)isa);
+            REQUIRE(k->kv_to_f32[t], "%s: no decoder at ISA %d", rp_type_name(t), isa);
+            memset(got, 0xFF, sizeof got);
+            k->kv_to_f32[t](row, got, N);
+            CHECK(!memcmp(got, want, sizeof got), "%s at ISA %d: decoded row differs",
+                  rp_type_name(t), isa);
+        }
+    }
 }

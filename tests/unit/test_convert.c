@@ -721,3 +721,47 @@ void test_convert_write_size(void) {
           "write into a missing directory");
     rp_conv_free(cv);
 }
+
+/* A Gemma 3 checkpoint whose query_pre_attn_scalar is not the value
+ * llama.cpp's rule takes (head_dim, or n_embd/n_head for 62 layers): the
+ * converter writes its scale under <arch>.attention.scale, and the file's
+ * logits are transformers' (ggml's GELU) to F32 rounding; the rule's own
+ * value writes no key. Without the key the logits are off (the case of the
+ * issue: the scale fell back to the rule). */
+void test_convert_gemma3_query_pre_attn_scalar(void) {
+    const char *d = copy_fixture("gemma3", "qpas-gemma3");
+    REQUIRE(d && edit_config(d, "query_pre_attn_scalar", "16"), "edit");
+    const char *out = test_tmp("qpas16.gguf"), *plain = test_tmp("qpas32.gguf");
+    REQUIRE(convert_to(d, RP_TYPE_F32, out) == RP_OK, "%s", rp_last_error());
+    REQUIRE(convert_to(FIX "/gemma3", RP_TYPE_F32, plain) == RP_OK, "%s", rp_last_error());
+    rp_gguf *g;
+    REQUIRE(rp_gguf_open(out, &g) == RP_OK, "%s", rp_last_error());
+    CHECK(key_f32(g, "gemma3.attention.scale") == 0.25f, "scale %g (want 1/sqrt(16))",
+          key_f32(g, "gemma3.attention.scale"));
+    rp_gguf_close(g);
+    REQUIRE(rp_gguf_open(plain, &g) == RP_OK, "%s", rp_last_error());
+    CHECK(!rp_gguf_get(g, "gemma3.attention.scale"), "the rule's value writes no key");
+    rp_gguf_close(g);
+
+    int tok[64];
+    const int n = test_read_ints(FIX "/gemma3/ref/tokens.txt", 0, tok, 64);
+    size_t len;
+    float *ref = test_read(FIX "/gemma3/ref/logits-qpas16.f32", &len);
+    REQUIRE(n > 8 && ref, "reference");
+    int nv = 0;
+    float *got = run_logits(out, tok, n, &nv), *wrong = run_logits(plain, tok, n, &nv);
+    REQUIRE(got && wrong && (size_t)n * (size_t)nv * sizeof(float) == len, "logits");
+    const size_t cnt = (size_t)n * (size_t)nv;
+    const double dg = test_max_abs_diff(ref, got, cnt), dw = test_max_abs_diff(ref, wrong, cnt);
+    /* F32 rounding: 1e-4 of max|logit| (64.9), NMSE 1e-9 (measured 1.2e-3, 1.3e-10) */
+    const double nm = test_nmse(ref, got, cnt);
+    CHECK(dg <= 1e-4 * max_abs(ref, cnt) && nm <= 1e-9, "max|d| %.3g, NMSE %.3g vs transformers",
+          dg, nm);
+    CHECK(dw > 100 * dg && dw > 1e-2, "the rule's scale is off by %.3g (the stated one %.3g)", dw,
+          dg);
+    printf("     gemma3 query_pre_attn_scalar 16: max|d| %.2e, NMSE %.2e (rule's scale: %.2e)\n",
+           dg, nm, dw);
+    free(ref);
+    free(got);
+    free(wrong);
+}

@@ -590,7 +590,8 @@ void test_scan_csv(void) {
     REQUIRE(rp_scan_csv_set(&a, "metric", true, "ppl") == RP_OK, "set");
     REQUIRE(rp_scan_csv_set(&a, "identity", false, "%.10g", 54.288024) == RP_OK, "set");
     CHECK(rp_scan_csv_set(&a, "bad:key", true, "x") == RP_ERR_INVALID_ARG, "a key with ':'");
-    rp_scan_row r1 = {3, 5, 2, 54.1, -0.188024, 0.25}, r2 = {0, 12, 12, 1e6, 999945.711976, 1.5};
+    rp_scan_row r1 = {3, 5, 2, 54.1, -0.188024, 0.25, ""},
+                r2 = {0, 12, 12, 1e6, 999945.711976, 1.5, ""};
     REQUIRE(rp_scan_csv_add(&a, &r1) == RP_OK && rp_scan_csv_add(&a, &r2) == RP_OK, "rows");
     CHECK(rp_scan_csv_add(&a, &r1) == RP_ERR_INVALID_ARG, "a block twice");
     const char *path = test_tmp("scan.csv");
@@ -600,6 +601,9 @@ void test_scan_csv(void) {
     CHECK(b.n_rows == 2 && b.rows[0].i == 3 && b.rows[0].j == 5 && b.rows[0].delta == -0.188024,
           "rows back");
     CHECK(b.rows[1].value == 1e6 && b.rows[1].seconds == 1.5, "row 2 back");
+    CHECK(!strcmp(b.rows[0].plan, "3-5") && rp_scan_csv_find(&b, 3, 5) == &b.rows[0] &&
+              rp_scan_csv_find_plan(&b, "0-12") == &b.rows[1] && !rp_scan_csv_find(&b, 3, 6),
+          "plans back: '%s'", b.rows[0].plan);
     CHECK(!strcmp(rp_scan_csv_get(&b, "identity"), "54.288024") && !strcmp(b.metric, "ppl"),
           "settings back");
     CHECK(rp_scan_csv_check(&b, &a, path) == RP_OK, "%s", rp_last_error());
@@ -639,7 +643,25 @@ void test_scan_csv(void) {
          ":4: i, j and extra must be layer numbers"},
         {"# reprise scan 1\n# metric: "
          "ppl\ni,j,extra,metric,value,delta,seconds\n1,3,2,ppl,1,1,1\n1,3,2,ppl,2,2,2\n",
-         ":5: block 1,3 appears twice"},
+         ":5: plan 1-3 appears twice"},
+        /* version 2: the plan column */
+        {"# reprise scan 2\n# metric: ppl\ni,j,extra,metric,value,delta,seconds\n",
+         ":3: expected the column names 'i,j,extra,metric,value,delta,seconds,plan'"},
+        {"# reprise scan 2\n# metric: ppl\ni,j,extra,metric,value,delta,seconds,plan\n"
+         "1,3,2,ppl,1,1,1\n",
+         ":4: value, delta and seconds must be numbers (8 columns)"},
+        {"# reprise scan 2\n# metric: ppl\ni,j,extra,metric,value,delta,seconds,plan\n"
+         "1,3,4,ppl,1,1,1,1-3;4-5\n",
+         ":4: plan '1-3;4-5' does not hold block 1,3 with 4 extra layers"},
+        {"# reprise scan 2\n# metric: ppl\ni,j,extra,metric,value,delta,seconds,plan\n"
+         "1,3,3,ppl,1,1,1,4-5;1-3\n",
+         "(written as '1-3;4-5')"},
+        {"# reprise scan 2\n# metric: ppl\ni,j,extra,metric,value,delta,seconds,plan\n"
+         "1,3,2,ppl,1,1,1,0-1\n",
+         "does not hold block 1,3"},
+        {"# reprise scan 2\n# metric: ppl\ni,j,extra,metric,value,delta,seconds,plan\n"
+         "1,3,4,ppl,1,1,1,1-3;2-4\n",
+         ":4: plan '1-3;2-4' is not a plan of disjoint blocks"},
         {"# reprise scan 1\n# metric: "
          "ppl\ni,j,extra,metric,value,delta,seconds\n1,3,2,ppl,1,1,nan\n",
          ":4: value, delta"},
@@ -671,8 +693,8 @@ void test_scan_csv(void) {
 void test_scan_pareto(void) {
     /* ppl deltas: lower is better */
     const rp_scan_row rows[] = {
-        {4, 5, 1, 0, +0.50, 0}, {5, 6, 1, 0, -0.20, 0}, {3, 5, 2, 0, -0.10, 0},
-        {2, 5, 3, 0, -0.90, 0}, {1, 5, 4, 0, -0.40, 0}, {0, 6, 6, 0, -1.50, 0},
+        {4, 5, 1, 0, +0.50, 0, ""}, {5, 6, 1, 0, -0.20, 0, ""}, {3, 5, 2, 0, -0.10, 0, ""},
+        {2, 5, 3, 0, -0.90, 0, ""}, {1, 5, 4, 0, -0.40, 0, ""}, {0, 6, 6, 0, -1.50, 0, ""},
     };
     int best[7];
     bool front[7];
@@ -682,7 +704,7 @@ void test_scan_pareto(void) {
           "best");
     CHECK(front[1] && !front[2] && front[3] && !front[4] && !front[5] && front[6], "front");
     /* probe: higher is better; nothing beats the identity, nothing is on the front */
-    const rp_scan_row worse[] = {{0, 1, 1, 0, -0.5, 0}, {0, 2, 2, 0, -0.1, 0}};
+    const rp_scan_row worse[] = {{0, 1, 1, 0, -0.5, 0, ""}, {0, 2, 2, 0, -0.1, 0, ""}};
     rp_scan_pareto(worse, 2, +1, 2, best, front);
     CHECK(best[1] == 0 && best[2] == 1 && !front[1] && !front[2], "front above the identity only");
 }
@@ -723,11 +745,11 @@ void test_scan_heatmap_png(void) {
     const rp_rgb p1 = rp_heatmap_colour(+0.5, +1, 1, 1);
     CHECK(p1.b > p1.r, "with higher = better, a positive delta is blue");
 
-    const rp_scan_row rows[] = {{0, 1, 1, 0, +3.0, 0},
-                                {0, 2, 2, 0, -0.2, 0},
-                                {1, 2, 1, 0, 0.0, 0},
-                                {1, 3, 2, 0, -1.0, 0},
-                                {2, 3, 1, 0, +0.1, 0}};
+    const rp_scan_row rows[] = {{0, 1, 1, 0, +3.0, 0, ""},
+                                {0, 2, 2, 0, -0.2, 0, ""},
+                                {1, 2, 1, 0, 0.0, 0, ""},
+                                {1, 3, 2, 0, -1.0, 0, ""},
+                                {2, 3, 1, 0, +0.1, 0, ""}};
     rp_heatmap h = {.rows = rows,
                     .n_rows = 5,
                     .start = 0,

@@ -221,8 +221,8 @@ void test_tools_api_bench(void) {
 /* Best first; ties go to fewer extra layers, then to the row order; NaN left out. */
 void test_tools_api_scan_rank(void) {
     const rp_scan_row rows[] = {
-        {0, 2, 2, 0, -1.0, 0}, {1, 2, 1, 0, -1.0, 0}, {0, 1, 1, 0, NAN, 0},
-        {2, 3, 1, 0, -3.0, 0}, {1, 3, 2, 0, 0.5, 0},  {0, 3, 3, 0, -1.0, 0},
+        {0, 2, 2, 0, -1.0, 0, ""}, {1, 2, 1, 0, -1.0, 0, ""}, {0, 1, 1, 0, NAN, 0, ""},
+        {2, 3, 1, 0, -3.0, 0, ""}, {1, 3, 2, 0, 0.5, 0, ""},  {0, 3, 3, 0, -1.0, 0, ""},
     };
     int order[6], n = 0;
     rp_scan_rank(rows, 6, -1, order, &n);
