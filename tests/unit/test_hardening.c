@@ -3,6 +3,7 @@
 #include "base/util.h"
 #include "format/gguf.h"
 #include "reprise.h"
+#include "reprise_tools.h"
 #include "test.h"
 
 #include <string.h>
@@ -155,4 +156,58 @@ void test_hardening_context_memory_bound(void) {
     CHECK(rp_context_new(m, &cp, &c) == RP_OK, "%s", rp_last_error());
     rp_context_free(c);
     rp_model_free(m);
+}
+
+/* A scan CSV: a torn last row (what SIGKILL leaves) is dropped with a
+ * warning and the rest resumes; a row reaching past the model's layers, and a
+ * number of a million digits, are refused. */
+void test_hardening_scan_csv_rows(void) {
+    rp_scan_csv a;
+    memset(&a, 0, sizeof a);
+    REQUIRE(rp_scan_csv_set(&a, "metric", true, "ppl") == RP_OK, "set");
+    REQUIRE(rp_scan_csv_set(&a, "layers", true, "%d", 8) == RP_OK, "set");
+    rp_scan_row r1 = {3, 5, 2, 54.1, -0.1, 0.25, ""};
+    REQUIRE(rp_scan_csv_add(&a, &r1) == RP_OK, "row");
+    const char *path = test_tmp("hard-scan.csv");
+    REQUIRE(rp_scan_csv_write(path, &a) == RP_OK, "%s", rp_last_error());
+    size_t n;
+    char *text = test_read(path, &n);
+    REQUIRE(text, "read back");
+    FILE *fp = fopen(path, "ab");
+    REQUIRE(fp, "append");
+    fputs("4,6,2,ppl,54.", fp); /* torn */
+    fclose(fp);
+    rp_scan_csv b;
+    rp_log_set(catch_log, NULL);
+    g_n_warn = 0;
+    rp_status s = rp_scan_csv_read(path, &b);
+    rp_log_set(NULL, NULL);
+    CHECK(s == RP_OK, "torn row: %s", rp_last_error());
+    if (!s) {
+        CHECK(b.n_rows == 1 && g_n_warn == 1 && strstr(g_warn, "cut short"), "rows %d, warn %s",
+              b.n_rows, g_warn);
+        CHECK(rp_scan_csv_check(&b, &a, path) == RP_OK, "%s", rp_last_error());
+        rp_scan_csv_free(&b);
+    }
+    /* a row for block 7,9 of an 8-layer model */
+    fp = fopen(path, "wb");
+    fwrite(text, 1, n, fp);
+    fputs("7,9,2,ppl,54.1,-0.1,0.25,7-9\n", fp);
+    fclose(fp);
+    REQUIRE(rp_scan_csv_read(path, &b) == RP_OK, "%s", rp_last_error());
+    CHECK(rp_scan_csv_check(&b, &a, path) == RP_ERR_INVALID_ARG, "block past the layers");
+    CHECK(strstr(rp_last_error(), "reaches layer 9; the model has 8"), "message: %s",
+          rp_last_error());
+    rp_scan_csv_free(&b);
+    /* a value of a million digits */
+    fp = fopen(path, "wb");
+    fwrite(text, 1, n, fp);
+    fputs("4,6,2,ppl,1.", fp);
+    for (int k = 0; k < 1000000; k++) fputc('0', fp);
+    fputs(",-0.1,0.25,4-6\n", fp);
+    fclose(fp);
+    CHECK(rp_scan_csv_read(path, &b) == RP_ERR_FORMAT, "a million digits accepted");
+    free(text);
+    rp_scan_csv_free(&a);
+    unlink(path);
 }
