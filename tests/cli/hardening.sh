@@ -246,3 +246,14 @@ if [ "$ASAN" = 0 ]; then # --dump-plan allocates no state: it runs in 1 GB of ad
 else
     expect_exit dump_plan_allocates_nothing 0 "$BIN" run -m "$M" --layer-map "$MAP10K" --dump-plan
 fi
+
+# ---- convert -------------------------------------------------------------------
+HF=tests/fixtures/hf/llama
+mkdir -p "$T/hf0" "$T/hf1"
+cp "$HF"/*.json "$HF"/model.safetensors "$T/hf0/"
+sed 's/"rope_theta": 10000.0/"rope_theta": 0/' "$HF/config.json" > "$T/hf0/config.json"
+expect_error convert_rope_theta_zero "rope_theta 0 must be positive" "$BIN" convert "$T/hf0" -o "$T/c0.gguf"
+cp "$HF"/*.json "$HF"/model.safetensors "$T/hf1/"
+python3 -c "import json,sys; t=json.load(open(sys.argv[1])); t['model']['vocab']={}; t['model']['merges']=[]; json.dump(t, open(sys.argv[2],'w'))" "$HF/tokenizer.json" "$T/hf1/tokenizer.json"
+expect_error convert_empty_vocab "model.vocab is empty" "$BIN" convert "$T/hf1" -o "$T/c1.gguf"
+[ -e "$T/c0.gguf" ] || [ -e "$T/c1.gguf" ] && fail convert_refusals_leave_nothing "an output was written" || ok convert_refusals_leave_nothing
