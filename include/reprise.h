@@ -204,6 +204,12 @@ typedef struct rp_model_params {
     bool vocab_only;         /* load only the tokenizer */
     rp_progress_fn progress; /* optional */
     void *progress_user;
+    /* Read the whole file into memory the process owns (anonymous pages at the
+     * mapping's address) instead of keeping it mapped: the file may then be
+     * truncated or rewritten in place (cp new.gguf model.gguf) under a running
+     * process without a SIGBUS. Costs the file's size in anonymous memory
+     * (with a mapping, the same pages are file-backed and reclaimable). */
+    bool private_copy;
 } rp_model_params;
 
 rp_model_params rp_model_default_params(void);

@@ -76,6 +76,11 @@ const arg_opt *model_opts_table(model_opts *o, unsigned which) {
         {MO_DUMP,
          {"--dump-tensors", ARG_STR, &o->dump_tensors, "DIR",
           "write the forward's named intermediate tensors to DIR (also REPRISE_TRACE=DIR)"}},
+        {0,
+         {"--mmap", ARG_FLAG, &o->mmap, NULL,
+          "serve, run: keep the model file mapped instead of reading it into private memory "
+          "(less anonymous memory; a file truncated or rewritten meanwhile then ends the process "
+          "with SIGBUS)"}},
         {0, {"-q|--quiet", ARG_FLAG, &o->quiet, NULL, "only errors on stderr"}},
     };
     size_t k = 0;
@@ -86,9 +91,12 @@ const arg_opt *model_opts_table(model_opts *o, unsigned which) {
     return t;
 }
 
+bool g_model_private_copy;
+
 rp_model *tool_load_model(const char *cmd, const char *path, bool vocab_only) {
     rp_model_params mp = rp_model_default_params();
     mp.vocab_only = vocab_only;
+    mp.private_copy = g_model_private_copy && !vocab_only;
     progress pr;
     progress_init(&pr, "loading");
     if (!vocab_only) {
@@ -162,6 +170,7 @@ bool tool_load(const char *cmd, const model_opts *o_in, uint32_t n_seq, rp_model
         tool_error(cmd, "no model given (-m FILE)");
         return false;
     }
+    if (o->mmap) g_model_private_copy = false;
     if (!plan_opts_check(cmd, o) || !(*model = tool_load_model(cmd, o->model, false))) return false;
     const int n_train = rp_model_n_ctx_train(*model);
     if (n_train > 0 && o->n_ctx > (uint32_t)n_train && g_verbosity > 0)

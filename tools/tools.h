@@ -150,6 +150,7 @@ typedef struct model_opts {
     bool threads_force;       /* --threads-force: -t beyond the machine's cores */
     const char *dump_tensors; /* --dump-tensors DIR (or REPRISE_TRACE): the trace hook's files */
     uint64_t mem_limit;       /* --mem-limit MIB: bound on state + scratch (0 = available memory) */
+    bool mmap;                /* --mmap: serve/run keep the file mapped (no private copy) */
 } model_opts;
 
 /* Which of the model options a command takes (-m, -c, -b, -t, -ctk, -ctv and
@@ -173,6 +174,10 @@ extern const char *const g_plan_help; /* how the plan grammars read, for --help 
 /* The model of o->model with progress on a terminal; NULL after printing an
  * error. vocab_only loads the tokenizer alone. */
 rp_model *tool_load_model(const char *cmd, const char *path, bool vocab_only);
+/* serve and run set it: the model file is read into private memory at load
+ * (rp_model_params.private_copy), so truncating or rewriting it under the
+ * running process cannot kill it with SIGBUS. */
+extern bool g_model_private_copy;
 /* The context of o over model m, its plan resolved; NULL after printing an
  * error. */
 rp_context *tool_context_new(const char *cmd, const model_opts *o, const rp_model *m,

@@ -257,3 +257,15 @@ cp "$HF"/*.json "$HF"/model.safetensors "$T/hf1/"
 python3 -c "import json,sys; t=json.load(open(sys.argv[1])); t['model']['vocab']={}; t['model']['merges']=[]; json.dump(t, open(sys.argv[2],'w'))" "$HF/tokenizer.json" "$T/hf1/tokenizer.json"
 expect_error convert_empty_vocab "model.vocab is empty" "$BIN" convert "$T/hf1" -o "$T/c1.gguf"
 [ -e "$T/c0.gguf" ] || [ -e "$T/c1.gguf" ] && fail convert_refusals_leave_nothing "an output was written" || ok convert_refusals_leave_nothing
+
+# ---- a model file truncated under a running server ------------------------------------
+cp "$M" "$T/live.gguf"; chmod u+w "$T/live.gguf"
+REQ='{"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0}'
+post() { curl -s -m 20 -o "$T/resp" -w '%{http_code}' -H 'Content-Type: application/json' -d "$REQ" "http://127.0.0.1:$PORT/v1/completions"; }
+M_SAVE=$M; M="$T/live.gguf"
+if start_server S1; then
+    a=$(post); : > "$T/live.gguf"; b=$(post)
+    if [ "$a" = 200 ] && [ "$b" = 200 ] && kill -0 "$PID" 2>/dev/null; then ok serve_survives_truncated_model; else fail serve_survives_truncated_model "before $a, after $b, alive: $(kill -0 "$PID" 2>/dev/null && echo yes || echo no)"; fi
+    stop_server S1
+fi
+M=$M_SAVE
