@@ -427,7 +427,7 @@ static void print_pareto(const scan_view *v, int sign) {
  * the base plan's when there is one. */
 static rp_status write_heatmap(const scan_view *v, int sign, double identity) {
     const char *incomplete = v->n_cells < v->n_expected ? " (scan incomplete)" : "";
-    char title[256], note[320], on[RP_SCAN_PLAN_LEN + 40] = "";
+    char title[400], note[320], on[RP_SCAN_PLAN_LEN + 40] = "";
     const char *bd = rp_scan_csv_get(v->csv, "base-delta");
     const double base_delta = v->base.n && bd ? strtod(bd, NULL) : 0.0;
     if (v->base.n) {
@@ -435,7 +435,8 @@ static rp_status write_heatmap(const scan_view *v, int sign, double identity) {
         rp_scan_plan_format(&v->base, spec, sizeof spec);
         snprintf(on, sizeof on, " on base %s (%+.4g)", spec, base_delta);
     }
-    snprintf(title, sizeof title, "reprise scan: %s (%d layers), %s%s", v->model_name, v->n_layer,
+    snprintf(title, sizeof title, "reprise scan: %.80s (%d layers), %s%.120s", v->model_name,
+             v->n_layer,
              v->metric == RP_SCAN_PPL   ? "perplexity"
              : v->metric == RP_SCAN_KLD ? "KL divergence from the identity"
                                         : "probe answer log-probability",
