@@ -105,8 +105,8 @@ static bool join(const char *cmd, int n_paths, rp_scan_csv *csv, rp_scan_csv *ou
     qsort(rows, (size_t)n, sizeof *rows, cmp_rows);
     for (int r = 0; r < n && !s; r++) {
         if (r && !strcmp(rows[r].plan, rows[r - 1].plan)) {
-            free(rows);
             tool_error(cmd, "plan %s is in two of the files: not disjoint shards", rows[r].plan);
+            free(rows);
             return false;
         }
         s = rp_scan_csv_add(out, &rows[r]);
