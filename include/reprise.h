@@ -273,6 +273,16 @@ const char *rp_arch_list(void);
 
 typedef struct rp_context rp_context;
 
+/* A LoRA adapter (llama.cpp's GGUF adapter format: general.type = adapter,
+ * adapter.type = lora, adapter.lora.alpha, tensors "<base name>.lora_a" /
+ * ".lora_b"; reprise convert --lora writes one from a PEFT directory). It is
+ * applied as y += scale * alpha/rank * B (A x) on every plan step that runs
+ * a layer it has tensors for; the base weights are not touched (any type). */
+typedef struct rp_lora_params {
+    const char *path;
+    float scale; /* llama.cpp's --lora-scaled SCALE (--lora: 1) */
+} rp_lora_params;
+
 typedef struct rp_context_params {
     uint32_t n_ctx;     /* positions per sequence; 0 = min(training context, 4096) */
     uint32_t n_batch;   /* tokens computed together in one pass; 0 = 512 */
@@ -296,6 +306,13 @@ typedef struct rp_context_params {
     /* Only the plan and its figures (rp_context_plan_report, state bytes):
      * no state, scratch or threads are allocated; rp_decode refuses it. */
     bool plan_only;
+    /* LoRA adapters on every step (n_lora of them; the array and its paths
+     * are read during rp_context_new only). An adapter converted from a PEFT
+     * layer_replication checkpoint carries its own layer map: it becomes the
+     * plan when no plan is given, and must equal the plan otherwise. Per-step
+     * adapters and residual scales are part of the plan spec ('@' modifiers). */
+    const rp_lora_params *lora;
+    int n_lora;
 } rp_context_params;
 
 rp_context_params rp_context_default_params(void);
@@ -310,12 +327,20 @@ const char *rp_kv_type_list(void);
 /* Builds the plan (validated before anything is allocated), the KV/recurrent
  * state and the thread pool. The model must outlive the context. params may
  * be NULL (the defaults). On failure *out is NULL.
- *   RP_ERR_INVALID_ARG  a model loaded vocab_only, a cache type that is not
- *                       rp_kv_type_supported or a quantized one on heads that
- *                       are not a multiple of 32 wide, n_ctx or n_seq_max too
- *                       large, both plan specs
+ *   RP_ERR_INVALID_ARG  a model loaded vocab_only, a cache type that is
+ *                       not rp_kv_type_supported or a quantized one on
+ *                       heads that are not a multiple of 32 wide, n_ctx or
+ *                       n_seq_max too large, both plan specs
  *   RP_ERR_PLAN         the spec does not fit the model (the message names the
- *                       block or item and why)
+ *                       block or item and why), or a layer_replication
+ *                       adapter's layer map differs from the plan
+ *   RP_ERR_IO           an adapter file cannot be opened
+ *   RP_ERR_FORMAT       an adapter is not a LoRA GGUF for this model (wrong
+ *                       architecture, a tensor without its pair or base, a
+ *                       shape that does not fit; the message names it)
+ *   RP_ERR_UNSUPPORTED  adapters or step deltas on an architecture whose
+ *                       forward does not apply them, or a LoRA on a tensor
+ *                       other than the layers' attention and FFN matrices
  *   RP_ERR_NOMEM        the state and scratch estimated exceed mem_limit (or the
  *                       available memory): the message gives both figures;
  *                       nothing was allocated */
@@ -349,6 +374,9 @@ int rp_context_plan_format(const rp_context *ctx, char *buf, size_t size);
  * (repeating those reliably gives incoherent output); the band width goes to
  * *band (may be NULL). 0 = none. */
 int rp_context_boundary_repeats(const rp_context *ctx, int *band);
+/* Bytes of the LoRA adapters (global and per-step) this context holds: its
+ * weight memory beyond the model's. */
+uint64_t rp_context_adapter_bytes(const rp_context *ctx);
 /* Multi-line human description of the plan (the load-time report). Returns the
  * length the full text needs (like snprintf). */
 int rp_context_plan_report(const rp_context *ctx, char *buf, size_t size);
@@ -411,7 +439,8 @@ void rp_context_set_abort(rp_context *ctx, rp_abort_fn fn, void *user);
  * hands named intermediate tensors to fn, on the decoding thread, in the order
  * they are computed. Names follow llama.cpp's graph ("inp_embd", "attn_norm",
  * "Qcur" (after bias, norm and rope), "Kcur", "Vcur", "kqv_out", "attn_out",
- * "ffn_inp", "ffn_norm", "ffn_gate", "ffn_up", "ffn_act", "ffn_out", "l_out",
+ * "ffn_inp", "ffn_norm", "ffn_gate", "ffn_up", "ffn_swiglu" or "ffn_geglu" (the
+ * gated activation), "ffn_out", "l_out",
  * "result_norm", "result_output"), without llama.cpp's "-LAYER" suffix:
  * step and src say where. data and pos are valid during the call only. The
  * library writes nothing itself; the tools' --dump-tensors / REPRISE_TRACE

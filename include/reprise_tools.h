@@ -550,7 +550,24 @@ typedef enum rp_scan_metric {
     RP_SCAN_KLD =
         1, /* mean KL divergence from the identity plan's distributions; lower is better */
     RP_SCAN_PROBE = 2, /* mean log-probability of the probe answers (nats); higher is better */
+    /* generation probes (greedy, a token budget per probe); higher is better */
+    RP_SCAN_MATH = 3,     /* mean partial credit of the numbers generated (rp_probe_score_math) */
+    RP_SCAN_EQ = 4,       /* mean distance score to reference scores (rp_probe_score_eq) */
+    RP_SCAN_MC = 5,       /* accuracy on the multiple-choice items (the likeliest choice) */
+    RP_SCAN_COMBINED = 6, /* balanced z: the mean of the chosen metrics' z (delta / the
+                             identity's standard error) */
 } rp_scan_metric;
+
+/* RYS's partial credit of an estimate for an actual integer (decimal digits,
+ * an optional '-'): the shorter padded on the right with zeros to the longer
+ * length, (1 - |a - e| / max(a, e)) * (1 - padding / length), in [0, 1]; 0 for
+ * the wrong sign or what is not an integer. */
+double rp_probe_number_credit(const char *actual, const char *estimate);
+/* The best credit of any integer in output ("12,345" read as 12345). */
+double rp_probe_score_math(const char *output, const char *expected);
+/* EQ-style: the first n numbers of output against ref[0..n): 1 - sum of
+ * min(|out - ref|, scale) / (n * scale), a missing number counting scale. */
+double rp_probe_score_eq(const char *output, const double *ref, int n, double scale);
 
 const char *rp_scan_metric_name(rp_scan_metric m); /* "ppl", "kld", "probe" */
 int rp_scan_metric_from_name(const char *name);    /* -1 if unknown */
@@ -577,6 +594,20 @@ typedef struct rp_scan_item {
     int line; /* line of the probe file */
 } rp_scan_item;
 
+/* A generation probe: the prompt's tokens, answered greedily in at most
+ * max_tokens tokens, the output scored against expected (math) or scores (eq). */
+#define RP_SCAN_EQ_MAX 16
+typedef struct rp_scan_gen {
+    size_t tok; /* offset of the prompt's tokens in rp_scan_set.tok */
+    int n_prompt, max_tokens;
+    bool eq;           /* false: math */
+    char expected[72]; /* math: the answer's digits (an optional '-') */
+    double scores[RP_SCAN_EQ_MAX];
+    int n_scores;
+    double scale; /* eq: the scores' range (default 10) */
+    int line;
+} rp_scan_gen;
+
 typedef struct rp_scan_set {
     int32_t *tok;
     size_t n_tok;
@@ -590,6 +621,9 @@ typedef struct rp_scan_set {
     int max_group; /* most sequences in one group (the contexts' n_seq_max) */
     rp_scan_item *items;
     int n_items, n_choice_items;
+    rp_scan_gen *gen; /* generation probes (not in seq) */
+    int n_gen, n_math, n_eq;
+    int max_gen; /* the longest prompt + budget */
 } rp_scan_set;
 
 /* The chunks of a tokenized text as the perplexity evaluation cuts them
@@ -600,6 +634,13 @@ rp_status rp_scan_set_text(rp_scan_set *set, const int32_t *tokens, const rp_eva
 /* A probe file: JSON Lines, one object per line (blank lines skipped):
  *   {"prompt": "...", "answer": "..."}                      free answer
  *   {"prompt": "...", "choices": ["...", ...], "answer": K}  K: index or the choice's text
+ *   {"prompt": "...", "answer": 1234}                       math (a JSON integer)
+ *   {"prompt": "...", "scores": [7, 0, 3]}                  EQ-style
+ * with an optional "max_tokens" (the generation budget, default 16) on math
+ * and EQ probes and "scale" (default 10) on EQ probes; or llama-perplexity's
+ * HellaSwag text (6 lines per task: context, the right ending's index, 4
+ * endings) or its --multiple-choice binary file, read as multiple-choice items
+ * (context + " " + ending).
  * The prompt is tokenized with BOS where the vocabulary adds one; prompt and
  * answer are tokenized together, and the answer's tokens are those after the
  * longest prefix shared with the prompt alone. Groups pack sequences up to
@@ -657,12 +698,16 @@ typedef struct rp_scan_params {
     rp_scan_metric metric;
     int n_threads; /* 0: physical cores */
     int type_k, type_v;
-    int n_batch; /* tokens per pass; 0 = 512 */
-    bool reuse;  /* prefix reuse (falls back to whole plans where the architecture cannot) */
+    int n_batch;     /* tokens per pass; 0 = 512 */
+    bool reuse;      /* prefix reuse (falls back to whole plans where the architecture cannot) */
+    float res_scale; /* residual scale of each block's second pass ("i,j@s=F"); 0 or 1: none */
     /* kld: the identity's encoded distributions stay in memory up to this many
      * bytes (0: RP_SCAN_KLD_MEM_MAX), beyond it in an unlinked temporary file
      * under $TMPDIR (or /tmp) */
     size_t kld_mem_max;
+    /* combined: the metrics it combines, bits (1 << RP_SCAN_MATH) etc. (0:
+     * every one of math, eq and mc the workload has) */
+    unsigned combine;
     /* Called between decode calls with the fraction of the current
      * evaluation done; returning false cancels it (RP_ERR_CANCELLED). */
     rp_progress_fn progress;
@@ -676,6 +721,8 @@ typedef struct rp_scan_result {
     double accuracy; /* probe: fraction of multiple-choice items whose answer scores highest; -1:
                         none */
     double seconds; /* wall time of the evaluation (a block that advanced the prefix includes it) */
+    /* generation probes: the mean scores, -1 where the workload has none */
+    double math, eq;
 } rp_scan_result;
 
 typedef struct rp_scan rp_scan;
@@ -1032,7 +1079,8 @@ typedef struct rp_merge_info {
 } rp_merge_info;
 
 /* info may be NULL.
- *   RP_ERR_IO  the file cannot be written; RP_ERR_CANCELLED from progress */
+ *   RP_ERR_IO  the file cannot be written; RP_ERR_CANCELLED from progress;
+ *   RP_ERR_UNSUPPORTED  the context has LoRA adapters or step deltas */
 rp_status rp_merge_write(const rp_context *ctx, const char *path, rp_progress_fn progress,
                          void *user, rp_merge_info *info);
 
@@ -1054,6 +1102,12 @@ typedef struct rp_convert_params {
     const char *arch_opts;   /* options of the architecture's converter, "key[=value],..."
                               * (Zamba2: "merged", the older form with each visit's adapter
                               * baked into a full per-layer matrix); other keys are refused */
+    const char *lora_dir;    /* a PEFT LoRA directory (adapter_config.json,
+                              * adapter_model.safetensors): write a LoRA adapter GGUF
+                              * (general.type = adapter) for the base model of dir (whose
+                              * config.json alone is read; dir may be lora_dir when it holds
+                              * one). A layer_replication adapter also records its plan
+                              * (adapter.reprise.layer_map). */
 } rp_convert_params;
 
 rp_convert_params rp_convert_default_params(void);

@@ -63,6 +63,7 @@ static bool parse_value(const char *cmd, const arg_opt *o, const char *flag, con
     case ARG_STR:
         *(const char **)o->ptr = v;
         return true;
+    case ARG_STRS2:
     case ARG_STRS: {
         str_list *l = o->ptr;
         if (l->n >= (int)(sizeof l->v / sizeof l->v[0])) {
@@ -158,6 +159,12 @@ bool args_parse(const arg_spec *spec, int argc, char **argv, bool *help) {
             return false;
         }
         if (!parse_value(spec->cmd, found, flag, v)) return false;
+        if (found->kind == ARG_STRS2 &&
+            (i + 1 >= argc || !parse_value(spec->cmd, found, flag, argv[++i]))) {
+            if (i + 1 >= argc)
+                tool_error(spec->cmd, "%s needs two values (%s)", flag, found->metavar);
+            return false;
+        }
     }
     return true;
 }

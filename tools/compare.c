@@ -8,6 +8,7 @@
  *           (matched by name, step and position), and the first that differs. */
 #include "tools.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,19 +23,28 @@ typedef struct cmp_opts {
     bool per_pos;
 } cmp_opts;
 
+/* a whole float32 file (logit files pass the text reader's limit) */
 static float *read_f32(const char *cmd, const char *path, size_t *n) {
-    size_t len = 0;
-    char *b = tool_read_text(cmd, path, &len);
-    if (!b) return NULL;
-    if (len % sizeof(float)) {
-        tool_error(cmd, "%s: %zu bytes is not a whole number of float32", path, len);
-        free(b);
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        tool_error(cmd, "cannot open %s: %s", path, strerror(errno));
         return NULL;
     }
-    *n = len / sizeof(float);
-    float *f = malloc(len ? len : 1);
-    if (f) memcpy(f, b, len);
-    free(b);
+    float *f = NULL;
+    long len = fseek(fp, 0, SEEK_END) == 0 ? ftell(fp) : -1;
+    if (len < 0 || fseek(fp, 0, SEEK_SET) != 0) {
+        tool_error(cmd, "cannot read %s: %s", path, strerror(errno));
+    } else if (len % (long)sizeof(float)) {
+        tool_error(cmd, "%s: %ld bytes is not a whole number of float32", path, len);
+    } else if (!(f = malloc(len ? (size_t)len : 1))) {
+        tool_error(cmd, "%s: out of memory for %ld bytes", path, len);
+    } else if (fread(f, 1, (size_t)len, fp) != (size_t)len) {
+        tool_error(cmd, "%s: short read", path);
+        free(f);
+        f = NULL;
+    }
+    fclose(fp);
+    if (f) *n = (size_t)len / sizeof(float);
     return f;
 }
 
@@ -186,11 +196,19 @@ static float *trace_load(const char *cmd, const trace_dir *t, const trace_ent *e
     return f;
 }
 
+static bool trace_has(const trace_dir *b, const char *name) {
+    for (int i = 0; i < b->n; i++)
+        if (!strcmp(b->e[i].name, name)) return true;
+    return false;
+}
+
 /* The entry of b holding tensor (name, step) at position pos, and its row:
  * the last such (llama.cpp names a tensor and its reshaped, normed and roped
  * successors alike: "Qcur-0"; the last is the one the next op reads). */
 static const trace_ent *trace_find(const trace_dir *b, const char *name, int step, int32_t pos,
                                    int *row) {
+    /* llama.cpp's name of the token embeddings' rows */
+    if (!strcmp(name, "inp_embd") && !trace_has(b, name)) name = "embd";
     for (int i = b->n - 1; i >= 0; i--) {
         const trace_ent *e = &b->e[i];
         /* the output's step is n_eff in reprise, none in llama.cpp */
@@ -212,7 +230,7 @@ static int trace_cmp_ent(const char *cmd, const cmp_opts *o, const trace_dir *a,
     if (!xa) return -1;
     int res = 0;
     double e2 = 0, s2 = 0, md = 0;
-    int md_pos = -1, md_i = -1, first_pos = -1;
+    int md_pos = -1, md_i = -1, first_pos = -1, rows_found = 0;
     for (int r = 0; r < ea->rows && res >= 0; r++) {
         int rb = 0;
         const trace_ent *eb = trace_find(b, ea->name, ea->step, ea->pos[r], &rb);
@@ -238,9 +256,14 @@ static int trace_cmp_ent(const char *cmd, const cmp_opts *o, const trace_dir *a,
         }
         free(xb);
         (*compared)++;
+        rows_found++;
     }
     free(xa);
     if (res) return res;
+    if (!rows_found) {
+        if (o->all) printf("%-16s step %3d: not in %s\n", ea->name, ea->step, b->dir);
+        return 0;
+    }
     const bool differs = first_pos >= 0;
     if (differs || o->all)
         printf("%-16s step %3d: nmse %.3g max_abs %.4g (position %d, index %d)%s\n", ea->name,

@@ -51,6 +51,10 @@ int cmd_convert(int argc, char **argv) {
         {"--zamba2-merged", ARG_FLAG, &zamba2_merged, NULL,
          "Zamba2: the older merged form (each visit's MLP adapter baked into its own full ffn_up) "
          "instead of shared blocks stored once + adapter pairs (= --arch-opt merged)"},
+        {"--lora", ARG_STR, &p.lora_dir, "PEFT_DIR",
+         "write a LoRA adapter GGUF from a PEFT directory (adapter_config.json, "
+         "adapter_model.safetensors); HF_DIR is its base model (config.json only; default "
+         "PEFT_DIR)"},
         {"-q|--quiet", ARG_FLAG, &quiet, NULL, "only errors on stderr"},
         {0},
     };
@@ -68,7 +72,8 @@ int cmd_convert(int argc, char **argv) {
     const arg_spec spec = {
         .cmd = cmd,
         .usage =
-            "reprise convert HF_DIR -o OUT.gguf [--outtype f32|f16|bf16|q8_0|auto] [--dry-run]",
+            "reprise convert HF_DIR -o OUT.gguf [--outtype f32|f16|bf16|q8_0|auto] [--dry-run]\n"
+            "       reprise convert [HF_DIR] --lora PEFT_DIR -o ADAPTER.gguf",
         .description = about,
         .tables = tables,
         .pos = pos,
@@ -77,6 +82,7 @@ int cmd_convert(int argc, char **argv) {
     int rc = args_parse_cmd(&spec, argc, argv);
     if (rc != ARGS_OK) return rc;
     if (quiet) g_verbosity = 0;
+    if (n_pos == 0 && p.lora_dir) pos[n_pos++] = p.lora_dir;
     if (n_pos != 1) {
         tool_error(cmd, "give one checkpoint directory (see --help)");
         return 2;

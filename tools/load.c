@@ -16,6 +16,12 @@ const char *const g_plan_help =
     "  --layer-map MAP       the whole sequence of source layers, comma separated; an item is a\n"
     "                        layer 'k' or an inclusive range 'a..b' (ExLlamaV3 style):\n"
     "                        '0..15,11..31' or '0,1,2,2,3'. Layers may repeat or be skipped.\n"
+    "  step deltas          an item or block may end in '@s=F' (residual scale F of its steps'\n"
+    "                        attention and FFN contributions) and '@lora=PATH[*F]' (an adapter\n"
+    "                        applied at those steps only); on a --repeat-layers block they apply\n"
+    "                        to its second pass: '5,6@s=0.707', '0..5,5@lora=j.gguf,6..11'.\n"
+    "  --lora FILE           a LoRA adapter GGUF (llama.cpp's format; reprise convert --lora)\n"
+    "                        on every step of its layers; --lora-scaled FILE F at scale F.\n"
     "  --plan FILE           a plan file (reprise plan save): its spec, applied only to the model\n"
     "                        it was made for (architecture, layer count, content hash of the\n"
     "                        weights); --plan-force accepts weights with another content hash.";
@@ -27,7 +33,7 @@ void model_opts_init(model_opts *o) {
 }
 
 const arg_opt *model_opts_table(model_opts *o, unsigned which) {
-    static arg_opt t[20];
+    static arg_opt t[24];
     const bool chunks = which & MO_CHUNKS;
     /* each entry with the flag that selects it (0: always) */
     const struct {
@@ -73,6 +79,12 @@ const arg_opt *model_opts_table(model_opts *o, unsigned which) {
          {"--mem-limit", ARG_U64, &o->mem_limit, "MIB",
           "refuse a context whose state and scratch exceed MIB MiB (default: the memory "
           "available)"}},
+        {0,
+         {"--lora", ARG_STRS, &o->lora, "FILE",
+          "LoRA adapter (GGUF) on every step of its layers; repeatable"}},
+        {0,
+         {"--lora-scaled", ARG_STRS2, &o->lora_scaled, "FILE SCALE",
+          "LoRA adapter at a user scale; repeatable"}},
         {MO_DUMP,
          {"--dump-tensors", ARG_STR, &o->dump_tensors, "DIR",
           "write the forward's named intermediate tensors to DIR (also REPRISE_TRACE=DIR)"}},
@@ -123,6 +135,14 @@ rp_context_params model_opts_context(const model_opts *o, uint32_t n_seq) {
     cp.keep_hidden = o->keep_hidden;
     cp.mem_limit = o->mem_limit > (UINT64_MAX >> 20) ? UINT64_MAX : o->mem_limit << 20;
     cp.plan_only = o->dump_plan; /* the plan's figures, nothing allocated */
+    /* the adapters: read during rp_context_new only, so one table serves every call */
+    static rp_lora_params lora[32];
+    int n = 0;
+    for (int i = 0; i < o->lora.n && n < 32; i++) lora[n++] = (rp_lora_params){o->lora.v[i], 1.0f};
+    for (int i = 0; i + 1 < o->lora_scaled.n && n < 32; i += 2)
+        lora[n++] = (rp_lora_params){o->lora_scaled.v[i], strtof(o->lora_scaled.v[i + 1], NULL)};
+    cp.lora = lora;
+    cp.n_lora = n;
     return cp;
 }
 
@@ -134,6 +154,19 @@ static bool plan_opts_check(const char *cmd, model_opts *o) {
         tool_error(cmd, "%s is empty (leave it out to run the model's own layers)",
                    o->repeat_layers && !*o->repeat_layers ? "--repeat-layers" : "--layer-map");
         return false;
+    }
+    if (o->lora.n + o->lora_scaled.n / 2 > 32) {
+        tool_error(cmd, "at most 32 LoRA adapters");
+        return false;
+    }
+    for (int i = 1; i < o->lora_scaled.n; i += 2) {
+        char *end;
+        float f = strtof(o->lora_scaled.v[i], &end);
+        if (end == o->lora_scaled.v[i] || *end || !(f == f)) {
+            tool_error(cmd, "--lora-scaled %s %s: the scale is not a number",
+                       o->lora_scaled.v[i - 1], o->lora_scaled.v[i]);
+            return false;
+        }
     }
     if (o->repeat_layers && o->layer_map) {
         tool_error(cmd, "--repeat-layers and --layer-map are alternatives; give one");

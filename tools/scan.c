@@ -20,9 +20,15 @@
 #define DEFAULT_BEST  3
 
 static const char *metric_caption(rp_scan_metric m) {
-    return m == RP_SCAN_PPL   ? "PPL change"
-           : m == RP_SCAN_KLD ? "KLD from identity"
-                              : "answer log-prob change";
+    static const char *const cap[] = {
+        "PPL change",        "KLD from identity", "answer log-prob change",
+        "math score change", "EQ score change",   "MC accuracy change",
+        "balanced z"};
+    return (unsigned)m < ARRAY_LEN(cap) ? cap[m] : "change";
+}
+
+static bool probe_metric(rp_scan_metric m) {
+    return m != RP_SCAN_PPL && m != RP_SCAN_KLD;
 }
 
 static void print_value(rp_scan_metric m, double v) {
@@ -44,7 +50,9 @@ static int scan_parse(const char *cmd, scan_opts *o, int argc, char **argv) {
         {"--metric", ARG_STR, &o->metric_name, "M",
          "ppl (default with -f), kld, or probe (default with --probes)"},
         {"--probes", ARG_STR, &o->probes, "FILE",
-         "JSONL probes: {prompt, answer} or {prompt, choices, answer}"},
+         "probes: JSONL (free answer, choices, math, EQ), HellaSwag or llama MC binary"},
+        {"--combine", ARG_STR, &o->combine_list, "LIST",
+         "combined: the metrics it combines, e.g. math,eq (default: all the file has)"},
         {"--max-extra", ARG_INT, &o->max_extra, "N", "blocks of at most N layers (default: any)"},
         {"--start", ARG_INT, &o->start, "I", "first layer a block may start at (default 0)"},
         {"--end", ARG_INT, &o->end, "J",
@@ -55,6 +63,9 @@ static int scan_parse(const char *cmd, scan_opts *o, int argc, char **argv) {
         {"--best", ARG_INT, &o->n_best, "N", "best blocks marked on the heatmap (default 3)"},
         {"--no-reuse", ARG_FLAG, &o->no_reuse, NULL,
          "run every plan from its first layer (for timing the reuse)"},
+        {"--scales", ARG_STR, &o->scales, "F,F,...",
+         "one scan per residual scale of each block's second pass ('i,j@s=F'); F != 1 writes "
+         "OUT-sF.csv"},
         {"--base-plan", ARG_STR, &o->base_plan, "SPEC|FILE",
          "scan blocks on top of this plan ('i,j;k,l' or a plan file)"},
         {"--beam", ARG_INT, &o->beam, "W",
@@ -81,7 +92,12 @@ static int scan_parse(const char *cmd, scan_opts *o, int argc, char **argv) {
             "         against the identity plan, lower is better;\n"
             "  kld    mean KL divergence of the block's token distributions from the identity's;\n"
             "  probe  mean log-probability of the answers in a JSONL file (docs/scan.md), higher\n"
-            "         is better; multiple-choice items also report accuracy.\n"
+            "         is better; multiple-choice items also report accuracy;\n"
+            "  math   RYS's partial credit of the numbers answered greedily (integer answers);\n"
+            "  eq     EQ-style distance of the numbers answered to reference scores;\n"
+            "  mc     accuracy on the multiple-choice probes (the likeliest choice);\n"
+            "  combined  balanced z: the mean of each chosen metric's delta over its standard\n"
+            "         error at the identity (--combine math,eq,mc).\n"
             "A block (i,j) runs layers 0..j-1 as the identity does: their output is computed once\n"
             "per j and reused by every block ending at j (--no-reuse runs every plan whole; the\n"
             "numbers are the same). One CSV row per block is written as it finishes; running the\n"
@@ -99,18 +115,37 @@ static bool check_metric(const char *cmd, scan_opts *o) {
                  : o->probes    ? RP_SCAN_PROBE
                                 : RP_SCAN_PPL;
     if (metric < 0) {
-        tool_error(cmd, "--metric '%s' is not one of ppl, kld, probe", o->metric_name);
+        tool_error(cmd, "--metric '%s' is not one of ppl, kld, probe, math, eq, mc, combined",
+                   o->metric_name);
         return false;
     }
     o->metric = (rp_scan_metric)metric;
-    const bool probe = metric == RP_SCAN_PROBE;
+    const bool probe = probe_metric(o->metric);
     if (probe && !o->probes) {
-        tool_error(cmd, "--metric probe needs --probes FILE (JSONL; see docs/scan.md)");
+        tool_error(cmd, "--metric %s needs --probes FILE (JSONL; see docs/scan.md)",
+                   rp_scan_metric_name(metric));
         return false;
     }
     if (!probe && o->probes) {
-        tool_error(cmd, "--probes goes with --metric probe, not %s", rp_scan_metric_name(metric));
+        tool_error(cmd, "--probes goes with --metric probe, math, eq, mc or combined, not %s",
+                   rp_scan_metric_name(metric));
         return false;
+    }
+    if (o->combine_list && o->metric != RP_SCAN_COMBINED) {
+        tool_error(cmd, "--combine goes with --metric combined");
+        return false;
+    }
+    for (const char *p = o->combine_list; p && *p;) {
+        const size_t n = strcspn(p, ",");
+        char name[16];
+        snprintf(name, sizeof name, "%.*s", (int)(n < 15 ? n : 15), p);
+        const int m = rp_scan_metric_from_name(name);
+        if (m != RP_SCAN_MATH && m != RP_SCAN_EQ && m != RP_SCAN_MC) {
+            tool_error(cmd, "--combine '%s': combines math, eq and mc", o->combine_list);
+            return false;
+        }
+        o->combine |= 1u << m;
+        p += n + (p[n] == ',');
     }
     if (!probe && !o->file) {
         tool_error(cmd, "no text (-f FILE) for --metric %s", rp_scan_metric_name(metric));
@@ -165,7 +200,7 @@ static int scan_check(const char *cmd, scan_opts *o) {
     }
     o->c_given = o->mo.n_ctx != 0;
     o->c = o->c_given ? (o->mo.n_ctx > INT32_MAX ? INT32_MAX : (int)o->mo.n_ctx) : DEFAULT_CTX;
-    if (o->metric != RP_SCAN_PROBE && o->c < RP_EVAL_MIN_CTX) {
+    if (!probe_metric(o->metric) && o->c < RP_EVAL_MIN_CTX) {
         tool_error(cmd, "-c %d is too small: chunks need at least %d tokens", o->c,
                    RP_EVAL_MIN_CTX);
         return 2;
@@ -222,7 +257,7 @@ static bool load_base(scan_job *job) {
 static int scan_load(scan_job *job) {
     scan_opts *o = job->o;
     const char *cmd = job->cmd;
-    job->input = o->metric == RP_SCAN_PROBE ? o->probes : o->file;
+    job->input = probe_metric(o->metric) ? o->probes : o->file;
     if (!(job->text = tool_read_text(cmd, job->input, &job->text_len))) return 1;
     if (!(job->model = tool_load_model(cmd, o->mo.model, false))) return 1;
     job->n_layer = rp_model_n_layer(job->model);
@@ -243,7 +278,7 @@ static int scan_load(scan_job *job) {
         tool_error(cmd, "no block to scan%s", job->base.n ? " disjoint from the base plan" : "");
         return 2;
     }
-    if (o->metric == RP_SCAN_PROBE) {
+    if (probe_metric(o->metric)) {
         s = rp_scan_set_probes(&job->set, job->model, job->text, job->text_len, job->input,
                                o->n_batch);
     } else {
@@ -270,11 +305,13 @@ static rp_status set_settings(scan_job *job) {
     const unsigned long long hash = (unsigned long long)rp_eval_text_hash(job->text, job->text_len);
     rp_status s =
         rp_scan_csv_set(csv, "model", true, "%s, %llu bytes", base_name(o->mo.model), model_bytes);
+    if (!s && o->scale != 1)
+        s = rp_scan_csv_set(csv, "residual-scale", true, "%g", (double)o->scale);
     if (!s) s = rp_scan_csv_set(csv, "model-desc", false, "%s", job->desc);
-    if (!s && o->metric == RP_SCAN_PROBE)
+    if (!s && probe_metric(o->metric))
         s = rp_scan_csv_set(csv, "probes", true, "%zu bytes, xxh64 %016llx (%s)", job->text_len,
                             hash, base_name(job->input));
-    if (!s && o->metric != RP_SCAN_PROBE) {
+    if (!s && !probe_metric(o->metric)) {
         s = rp_scan_csv_set(csv, "text", true, "%zu bytes, xxh64 %016llx", job->text_len, hash);
         if (!s) s = rp_scan_csv_set(csv, "text-file", false, "%s", base_name(job->input));
         if (!s) s = rp_scan_csv_set(csv, "c", true, "%d", job->w.n_ctx);
@@ -285,6 +322,8 @@ static rp_status set_settings(scan_job *job) {
         s = rp_scan_csv_set(csv, "cache", true, "%s/%s", rp_type_name(o->mo.type_k),
                             rp_type_name(o->mo.type_v));
     if (!s) s = rp_scan_csv_set(csv, "layers", true, "%d", job->n_layer);
+    if (!s && o->metric == RP_SCAN_COMBINED)
+        s = rp_scan_csv_set(csv, "combine", true, "%s", o->combine_list ? o->combine_list : "all");
     if (!s && job->base.n) s = rp_scan_csv_set(csv, "base", true, "%s", job->base_spec);
     if (!s && o->shard_n) s = rp_scan_csv_set(csv, "shard", true, "%d/%d", o->shard_k, o->shard_n);
     if (!s)
@@ -341,9 +380,13 @@ static void say_workload(const scan_job *job) {
     if (g_verbosity <= 0) return;
     const char *metric = rp_scan_metric_name(o->metric);
     fprintf(stderr, "model: %s\n", job->desc);
-    if (o->metric == RP_SCAN_PROBE)
-        fprintf(stderr, "scan: %d probes (%d multiple-choice) in %d sequences of up to %d tokens\n",
-                job->set.n_items, job->set.n_choice_items, job->set.n_seq, job->set.max_dec + 1);
+    if (probe_metric(o->metric))
+        fprintf(stderr,
+                "scan: %d probes: %d multiple-choice, %d free answers, %d math, %d EQ (%d "
+                "log-likelihood sequences of up to %d tokens)\n",
+                job->set.n_items + job->set.n_gen, job->set.n_choice_items,
+                job->set.n_items - job->set.n_choice_items, job->set.n_math, job->set.n_eq,
+                job->set.n_seq, job->set.max_dec + 1);
     else
         fprintf(stderr,
                 "scan: %d chunks of %d tokens (%zu of %zu tokens), scoring the last %d of each\n",
@@ -427,7 +470,7 @@ static void print_pareto(const scan_view *v, int sign) {
  * the base plan's when there is one. */
 static rp_status write_heatmap(const scan_view *v, int sign, double identity) {
     const char *incomplete = v->n_cells < v->n_expected ? " (scan incomplete)" : "";
-    char title[400], note[320], on[RP_SCAN_PLAN_LEN + 40] = "";
+    char title[512], note[640], on[RP_SCAN_PLAN_LEN + 40] = "";
     const char *bd = rp_scan_csv_get(v->csv, "base-delta");
     const double base_delta = v->base.n && bd ? strtod(bd, NULL) : 0.0;
     if (v->base.n) {
@@ -435,15 +478,19 @@ static rp_status write_heatmap(const scan_view *v, int sign, double identity) {
         rp_scan_plan_format(&v->base, spec, sizeof spec);
         snprintf(on, sizeof on, " on base %s (%+.4g)", spec, base_delta);
     }
-    snprintf(title, sizeof title, "reprise scan: %.80s (%d layers), %s%.120s", v->model_name,
-             v->n_layer,
-             v->metric == RP_SCAN_PPL   ? "perplexity"
-             : v->metric == RP_SCAN_KLD ? "KL divergence from the identity"
-                                        : "probe answer log-probability",
-             on);
-    if (v->metric == RP_SCAN_PROBE)
-        snprintf(note, sizeof note, "%s: %d probes; identity %.4f nats%s", v->input_name,
-                 v->n_probes, identity, incomplete);
+    static const char *const what[] = {"perplexity",
+                                       "KL divergence from the identity",
+                                       "probe answer log-probability",
+                                       "math probes (RYS partial credit)",
+                                       "EQ-style probes",
+                                       "multiple-choice accuracy",
+                                       "balanced z of the probes"};
+    snprintf(title, sizeof title, "reprise scan: %s (%d layers), %s%s", v->model_name, v->n_layer,
+             (unsigned)v->metric < ARRAY_LEN(what) ? what[v->metric] : "?", on);
+    if (probe_metric(v->metric))
+        snprintf(note, sizeof note, "%s: %d probes; identity %.4f%s%s%s", v->input_name,
+                 v->n_probes, identity, v->metric == RP_SCAN_PROBE ? " nats" : "",
+                 v->base.n ? "; change from the base" : "", incomplete);
     else if (v->metric == RP_SCAN_PPL)
         snprintf(note, sizeof note, "%s, c=%d x %d chunks; identity PPL %.4f%s%s", v->input_name,
                  v->c, v->chunks, identity, v->base.n ? "; change from the base" : "", incomplete);
@@ -532,7 +579,7 @@ static bool scan_report(const scan_job *job, const scan_stats *st) {
         .n_all = n_rows,
         .c = job->w.n_ctx,
         .chunks = job->w.n_chunk,
-        .n_probes = job->set.n_items,
+        .n_probes = job->set.n_items + job->set.n_gen,
         .print_lists = !st->interrupted,
     };
     const bool ok = scan_view_report(&v);
@@ -562,12 +609,36 @@ int cmd_scan(int argc, char **argv) {
     if (rc != ARGS_OK) return rc;
     if ((rc = scan_check(cmd, &o))) return rc;
     scan_job job = {.cmd = cmd, .o = &o};
-    scan_stats st = {0};
     rc = scan_load(&job);
-    if (!rc) rc = scan_settings(&job) ? 0 : 1;
-    if (g_verbosity > 0 && !rc) say_workload(&job);
-    if (!rc && !scan_execute(&job, &st)) rc = 1;
-    if (!rc) rc = !scan_report(&job, &st) ? 1 : st.interrupted ? 130 : 0;
+    /* --scales: the same scan once per residual scale, each to its own files */
+    const char *sc = o.scales ? o.scales : "1", *out0 = o.out, *png0 = o.png_path;
+    char out[1024], png[1024];
+    for (; !rc && *sc; sc += strcspn(sc, ",") + (sc[strcspn(sc, ",")] == ',')) {
+        char *end;
+        o.scale = strtof(sc, &end);
+        if (end == sc || (*end && *end != ',') || !(o.scale > 0 && o.scale <= 16)) {
+            tool_error(cmd, "--scales: '%.*s' is not a scale in (0, 16]", (int)strcspn(sc, ","),
+                       sc);
+            rc = 2;
+            break;
+        }
+        const size_t n =
+            strlen(out0) - (strlen(out0) > 4 && !strcmp(out0 + strlen(out0) - 4, ".csv") ? 4 : 0);
+        snprintf(out, sizeof out, "%.*s-s%g.csv", (int)n, out0, (double)o.scale);
+        snprintf(png, sizeof png, "%.*s-s%g.png", (int)strlen(png0) - 4, png0, (double)o.scale);
+        o.out = o.scale == 1 ? out0 : out;
+        o.png_path = o.scale == 1 ? png0 : png;
+        rp_scan_csv_free(&job.csv);
+        memset(&job.csv, 0, sizeof job.csv);
+        job.resumed = false;
+        scan_stats st = {0};
+        if (g_verbosity > 0 && o.scales)
+            fprintf(stderr, "scan: residual scale %g -> %s\n", (double)o.scale, o.out);
+        rc = scan_settings(&job) ? 0 : 1;
+        if (g_verbosity > 0 && !rc) say_workload(&job);
+        if (!rc && !scan_execute(&job, &st)) rc = 1;
+        if (!rc) rc = !scan_report(&job, &st) ? 1 : st.interrupted ? 130 : 0;
+    }
     rp_scan_csv_free(&job.csv);
     rp_scan_set_free(&job.set);
     free(job.blocks);

@@ -8,9 +8,12 @@
 
 typedef struct scan_opts {
     model_opts mo;
-    const char *file, *probes, *metric_name, *out, *png_path, *base_plan, *shard;
+    const char *file, *probes, *metric_name, *out, *png_path, *base_plan, *shard, *combine_list;
+    unsigned combine;
     int n_chunks, max_extra, start, end, n_best, beam, depth;
     bool no_reuse;
+    const char *scales; /* --scales: one scan per residual scale of the second pass */
+    float scale;        /* the scale of the scan being run (1: none) */
     /* from the checks */
     rp_scan_metric metric;
     bool c_given;

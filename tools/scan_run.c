@@ -165,11 +165,15 @@ static rp_status run_identity(run_state *rs) {
         if (id.unc > 0) rp_scan_csv_set(&job->csv, "identity-unc", false, "%.6g", id.unc);
         if (id.accuracy >= 0)
             rp_scan_csv_set(&job->csv, "identity-accuracy", false, "%.6g", id.accuracy);
+        if (id.math >= 0) rp_scan_csv_set(&job->csv, "identity-math", false, "%.6g", id.math);
+        if (id.eq >= 0) rp_scan_csv_set(&job->csv, "identity-eq", false, "%.6g", id.eq);
     }
     if (g_verbosity > 0) {
         fprintf(stderr, "identity: %s %.6f", rp_scan_metric_name(o->metric), id.value);
         if (id.unc > 0) fprintf(stderr, " +/- %.5f", id.unc);
         if (id.accuracy >= 0) fprintf(stderr, ", accuracy %.2f%%", 100 * id.accuracy);
+        if (id.math >= 0) fprintf(stderr, ", math %.4f", id.math);
+        if (id.eq >= 0) fprintf(stderr, ", eq %.4f", id.eq);
         fprintf(stderr, " in %.2f s\n", id.seconds);
     }
     if (job->base.n && !rp_scan_csv_get(&job->csv, "base-value")) {
@@ -197,14 +201,20 @@ static rp_status start(run_state *rs) {
         .type_v = o->mo.type_v,
         .n_batch = o->n_batch,
         .reuse = !o->no_reuse,
+        .combine = o->combine,
+        .res_scale = o->scale,
         .progress = on_progress,
         .progress_user = &rs->prog,
     };
     rp_status s = rp_scan_new(job->model, &job->set, &sp, &rs->scan);
     if (s) return s;
     rs->st->reusing = rp_scan_reusing(rs->scan);
+    const bool gen = o->metric == RP_SCAN_MATH || o->metric == RP_SCAN_EQ ||
+                     (o->metric == RP_SCAN_COMBINED && (job->set.n_math || job->set.n_eq));
     if (!o->no_reuse && !rs->st->reusing && g_verbosity > 0)
-        fprintf(stderr, "scan: the %s forward pass runs whole plans only: no prefix reuse\n",
+        fprintf(stderr,
+                gen ? "scan: generation probes run every plan whole: no prefix reuse\n"
+                    : "scan: the %s forward pass runs whole plans only: no prefix reuse\n",
                 rp_model_arch(job->model));
     rs->started = true;
     rs->prog.units_now = job->n_layer;
@@ -228,6 +238,8 @@ static void say_plan(const run_state *rs, const scan_cand *c, const rp_scan_resu
     fprintf(stderr, " (+%d): %s %.6f (%+.6f)", rp_scan_plan_extra(&c->plan),
             rp_scan_metric_name(rs->job->o->metric), r->value, r->delta);
     if (r->accuracy >= 0) fprintf(stderr, ", accuracy %.2f%%", 100 * r->accuracy);
+    if (r->math >= 0) fprintf(stderr, ", math %.4f", r->math);
+    if (r->eq >= 0) fprintf(stderr, ", eq %.4f", r->eq);
     fprintf(stderr, " in %.2f s, %s left\n", r->seconds, eta);
 }
 

@@ -601,7 +601,7 @@ typedef struct serve_opts {
     spec_opts so;
     const char *host, *api_key, *alias, *cors;
     tmpl_opts to;
-    int port, n_parallel;
+    int port, n_parallel, plan_requests;
     int conn_limit, conn_limit_ip;
     float timeout, grace, header_timeout;
     uint64_t max_body;
@@ -638,6 +638,8 @@ static int serve_parse(const char *cmd, serve_opts *o, int argc, char **argv) {
         {"--header-timeout", ARG_FLOAT, &o->header_timeout, "S",
          "seconds a client has to send a request's headers (default 10; over: 408)"},
         {"-v|--verbose", ARG_FLAG, &o->verbose, NULL, "log every request"},
+        {"--plan-requests", ARG_INT, &o->plan_requests, "N",
+         "build up to N more plans that requests name by spec (\"plan\": \"26,34\"; default 0)"},
         {"--plan", ARG_STRS, &o->plans, "NAME=SPEC",
          "also serve a plan: NAME=SPEC, NAME=map:MAP, NAME=FILE or FILE (repeatable; above)"},
         {0},
@@ -688,6 +690,9 @@ static bool serve_check(const char *cmd, const serve_opts *o) {
         tool_error(cmd, "--timeout and --grace must not be negative");
     else if (o->max_body < 1024 || o->max_body > (1ull << 30))
         tool_error(cmd, "--max-body must be in 1024..1073741824 bytes");
+    else if (o->plan_requests < 0 || o->plan_requests > SRV_MAX_PLANS)
+        tool_error(cmd, "--plan-requests must be in 0..%d, got %d", SRV_MAX_PLANS,
+                   o->plan_requests);
     else if (o->api_key && !*o->api_key)
         tool_error(cmd, "--api-key is empty");
     else if (o->alias && !*o->alias)
@@ -850,7 +855,12 @@ static void server_init(srv_server *srv, const serve_opts *o, rp_model *model, s
     srv->model = model;
     srv->model_path = o->mo.model;
     srv->entries = entries;
-    srv->n_entries = n_entries;
+    atomic_init(&srv->n_entries, n_entries);
+    srv->entries_cap = 1 + SRV_MAX_PLANS;
+    srv->plan_requests = o->plan_requests;
+    srv->plan_cp = model_opts_context(&o->mo, (uint32_t)o->n_parallel);
+    srv->plan_cp.repeat_layers = srv->plan_cp.layer_map = NULL;
+    pthread_mutex_init(&srv->plan_mu, NULL);
     srv->api_key = o->api_key;
     srv->chat_template = o->to.name;
     srv->cors = o->cors;
@@ -954,6 +964,8 @@ int cmd_serve(int argc, char **argv) {
     rp_grammar_vocab_free(srv.gv);
     chat_tmpl_free(&srv.tmpl);
     for (int i = 0; i < n_entries; i++) rp_spec_free(entries[i].spec); /* before their targets */
+    n_entries = srv.n_entries; /* with the plans built for requests */
+    srv_plans_free(&srv);
     for (int i = n_entries - 1; i >= 1; i--)
         rp_context_free(entries[i].ctx); /* they borrow entry 0's threads */
     if (n_entries < 1 + SRV_MAX_PLANS)

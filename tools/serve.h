@@ -20,8 +20,15 @@
 typedef struct srv_server {
     rp_model *model;
     const char *model_path;
-    srv_entry *entries; /* entries[0] answers requests that name no model */
-    int n_entries;
+    srv_entry *entries;   /* entries[0] answers requests that name no model */
+    atomic_int n_entries; /* grows when a request's plan is built (serve_plans.c) */
+    int entries_cap;      /* room in entries */
+    /* --plan-requests N: plans requests may have built (0: none); the base
+     * context parameters they are built with; the lock that serialises it */
+    int plan_requests, n_request_plans;
+    rp_context_params plan_cp;
+    pthread_mutex_t plan_mu;
+    char *request_names[SRV_MAX_PLANS];
     srv_engine *engine;
     const char *api_key;       /* NULL: no authentication */
     const char *chat_template; /* --chat-template, or NULL: the model's own */
@@ -62,6 +69,15 @@ typedef bool (*srv_emit_fn)(void *user, tbuf *out, const char *text, size_t n,
                             const srv_task *done);
 enum MHD_Result srv_reply_stream(srv_req *r, srv_task *t, srv_emit_fn emit, void *user,
                                  void (*free_user)(void *));
+
+/* ---- plans built for requests (serve_plans.c) ----------------------------------- */
+
+/* The entry of the plan spec (--repeat-layers grammar, or "map:" and a
+ * --layer-map), built now over the served weights when --plan-requests
+ * allows another; -1 with the HTTP status and reason in *status / err. */
+int srv_plan_for_request(srv_server *srv, const char *spec, unsigned *status, char *err,
+                         size_t err_size);
+void srv_plans_free(srv_server *srv);
 
 /* ---- the endpoints (serve_api.c) -------------------------------------------- */
 

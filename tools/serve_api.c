@@ -217,7 +217,8 @@ typedef struct api_field {
 
 static const api_field g_api_fields[] = {
     {"model", A_ALL, F_DONE, 0, "one model: any name; several plans: picks one by id"},
-    {"plan", A_ALL, F_DONE, 0, "a served plan by name, or a spec equal to a served plan's"},
+    {"plan", A_ALL, F_DONE, 0,
+     "a served plan by name or spec; another spec is built with --plan-requests, else refused"},
     {"prompt", A_CMPL | A_NATIVE, F_DONE, 0, "a string or token ids (one prompt)"},
     {"messages", A_CHAT, F_DONE, 0, "through the chat template (Jinja: every role)"},
     {"chat_template_kwargs", A_CHAT, F_DONE, 0, "extra template variables (Jinja templates)"},
@@ -401,6 +402,13 @@ static int pick_plan(srv_server *srv, const json_t *p, api_err *e) {
         if (!strcmp(srv->entries[i].name, v) || !strcmp(srv->entries[i].plan_spec, v) ||
             (!*v && !strcmp(srv->entries[i].plan_kind, "identity")))
             return i;
+    if (srv->plan_requests > 0 && *v) { /* the server may build it */
+        char err[400];
+        unsigned status = 500;
+        int idx = srv_plan_for_request(srv, v, &status, err, sizeof err);
+        if (idx < 0) refuse(e, status, status == 422 ? "invalid_plan" : "plan_limit", "%s", err);
+        return idx;
+    }
     tbuf names = {0};
     for (int i = 0; i < srv->n_entries; i++)
         tbuf_printf(&names, "%s'%s' (%s%s%s)", i ? ", " : "", srv->entries[i].name,
@@ -408,7 +416,7 @@ static int pick_plan(srv_server *srv, const json_t *p, api_err *e) {
                     srv->entries[i].plan_spec);
     refuse(e, 422, "plan_not_served",
            "plan '%.200s' is not served here, and this server builds no plans per request (start "
-           "it with --plan NAME=SPEC); served: %s",
+           "it with --plan NAME=SPEC, or --plan-requests N); served: %s",
            v, names.data ? names.data : "");
     tbuf_free(&names);
     return -1;

@@ -770,8 +770,9 @@ static void *engine_main(void *arg) {
             }
             pthread_cond_wait(&e->cv, &e->mu);
         }
+        const int n_entries = e->n_entries; /* entries may be added (srv_engine_add_entries) */
         pthread_mutex_unlock(&e->mu);
-        for (int i = 0; i < e->n_entries; i++) step_entry(e, &e->entries[i]);
+        for (int i = 0; i < n_entries; i++) step_entry(e, &e->entries[i]);
     }
 }
 
@@ -803,6 +804,20 @@ srv_engine *srv_engine_start(srv_entry *entries, int n_entries, int n_batch, cha
     }
     e->running = true;
     return e;
+}
+
+bool srv_engine_add_entries(srv_engine *e, int n_entries) {
+    for (int i = e->n_entries; i < n_entries; i++) { /* only the adder touches new entries */
+        srv_entry *en = &e->entries[i];
+        if (en->slots) continue;
+        en->slots = calloc((size_t)en->n_slot, sizeof *en->slots);
+        if (!en->slots) return false;
+        for (int k = 0; k < en->n_slot; k++) en->slots[k].seq = k;
+    }
+    pthread_mutex_lock(&e->mu);
+    if (n_entries > e->n_entries) e->n_entries = n_entries;
+    pthread_mutex_unlock(&e->mu);
+    return true;
 }
 
 void srv_engine_drain(srv_engine *e, double grace) {

@@ -121,6 +121,10 @@ void srv_engine_stop(srv_engine *e, double grace);
  * later srv_engine_stop keeps this grace. */
 void srv_engine_drain(srv_engine *e, double grace);
 void srv_engine_free(srv_engine *e);
+/* Serves entries[0..n_entries) from now on: the entries past the current
+ * count are complete (context, n_slot, n_ctx) and the array has room for
+ * them. One caller at a time; false when out of memory. */
+bool srv_engine_add_entries(srv_engine *e, int n_entries);
 
 /* A task with refs = 1 for the caller (prompt and stop strings are taken over
  * by the task). NULL on allocation failure. */

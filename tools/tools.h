@@ -28,6 +28,7 @@ typedef enum arg_kind {
     ARG_STR,    /* const char * */
     ARG_STRS,   /* repeatable: str_list */
     ARG_KVTYPE, /* int rp_type, a KV cache type (rp_kv_type_supported) */
+    ARG_STRS2,  /* repeatable, two values each (--lora-scaled FILE SCALE): str_list pairs */
 } arg_kind;
 
 typedef struct str_list {
@@ -151,6 +152,8 @@ typedef struct model_opts {
     const char *dump_tensors; /* --dump-tensors DIR (or REPRISE_TRACE): the trace hook's files */
     uint64_t mem_limit;       /* --mem-limit MIB: bound on state + scratch (0 = available memory) */
     bool mmap;                /* --mmap: serve/run keep the file mapped (no private copy) */
+    str_list lora;            /* --lora FILE */
+    str_list lora_scaled;     /* --lora-scaled FILE SCALE, as pairs */
 } model_opts;
 
 /* Which of the model options a command takes (-m, -c, -b, -t, -ctk, -ctv and

@@ -40,6 +40,9 @@ struct rp_arch {
     rp_status (*forward)(rp_context *c, const rp_ubatch *ub);
     /* forward honours rp_ubatch.step_begin/step_end/x_in/x_out (rp_decode_steps) */
     bool step_ranges;
+    /* forward calls rp_ctx_delta / rp_ctx_residual (core/delta.h): LoRA
+     * adapters and per-step residual scales apply */
+    bool deltas;
     /* Optional: metadata a physically merged file of this plan needs beyond
      * block_count (explicit per-layer arrays). */
     rp_status (*merge_meta)(const rp_model *m, const rp_plan *plan, rp_gguf_writer *w);

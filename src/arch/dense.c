@@ -1,5 +1,6 @@
 #include "arch/dense.h"
 #include "base/util.h"
+#include "core/delta.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -190,6 +191,7 @@ rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
         const rp_tensor *w3[3] = {L->wq, L->wk, L->wv};
         float *y3[3] = {d->q, d->k, d->v};
         rp_matmul_n(&c->cc, 3, w3, y3, d->xn, n);
+        rp_ctx_delta(&c->cc, c->deltas, e, 3, w3, y3, d->xn, n);
         add_bias(d->q, L->bq, n, wq);
         add_bias(d->k, L->bk, n, wk);
         add_bias(d->v, L->bv, n, wv);
@@ -228,14 +230,14 @@ rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
         rp_attention(&c->cc, &aa, c->attn_scratch, c->attn_scratch_per_thread);
         TRACE("kqv_out", e, d->att, wo);
         rp_matmul(&c->cc, L->wo, d->att, n, d->tmp);
+        rp_ctx_delta(&c->cc, c->deltas, e, 1, &L->wo, &d->tmp, d->att, n);
         add_bias(d->tmp, L->bo, n, E);
         TRACE("attn_out", e, d->tmp, E);
         if (L->attn_post_norm) {
             rp_rmsnorm(d->tmp, d->tmp, L->attn_post_norm->data, E, n, hp->eps);
             TRACE("attn_post_norm", e, d->tmp, E);
         }
-        for (int t = 0; t < n; t++)
-            rp_add(d->x + (size_t)t * (size_t)E, d->tmp + (size_t)t * (size_t)E, E);
+        rp_ctx_residual(c->deltas, e, d->x, d->tmp, n, E);
         TRACE("ffn_inp", e, d->x, E);
 
         /* After the last step's attention only the output rows matter. */
@@ -255,6 +257,7 @@ rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
         const rp_tensor *w2[2] = {L->ffn_gate, L->ffn_up};
         float *y2[2] = {d->gate, d->up};
         rp_matmul_n(&c->cc, 2, w2, y2, d->xn, n);
+        rp_ctx_delta(&c->cc, c->deltas, e, 2, w2, y2, d->xn, n);
         TRACE("ffn_gate", e, d->gate, li->n_ff);
         TRACE("ffn_up", e, d->up, li->n_ff);
         const size_t nf = (size_t)n * (size_t)li->n_ff;
@@ -266,15 +269,15 @@ rp_status rp_dense_forward(rp_context *c, const rp_ubatch *ub) {
             rp_gelu_tanh_f16_mul(d->gate, d->up, (int)nf);
         else
             rp_gelu_erf_mul(d->gate, d->up, (int)nf);
-        TRACE("ffn_act", e, d->gate, li->n_ff);
+        TRACE(cfg->act == RP_ACT_SILU ? "ffn_swiglu" : "ffn_geglu", e, d->gate, li->n_ff);
         rp_matmul(&c->cc, L->ffn_down, d->gate, n, d->tmp);
+        rp_ctx_delta(&c->cc, c->deltas, e, 1, &L->ffn_down, &d->tmp, d->gate, n);
         TRACE("ffn_out", e, d->tmp, E);
         if (L->ffn_post_norm) {
             rp_rmsnorm(d->tmp, d->tmp, L->ffn_post_norm->data, E, n, hp->eps);
             TRACE("ffn_post_norm", e, d->tmp, E);
         }
-        for (int t = 0; t < n; t++)
-            rp_add(d->x + (size_t)t * (size_t)E, d->tmp + (size_t)t * (size_t)E, E);
+        rp_ctx_residual(c->deltas, e, d->x, d->tmp, n, E);
         TRACE("l_out", e, d->x, E);
     }
     if (e_end < plan->n_eff) {

@@ -235,6 +235,7 @@ extern const rp_conv_hooks rp_conv_gemma3; /* gemma3_convert.c */
                          .ctx_free = rp_dense_ctx_free,                                            \
                          .forward = rp_dense_forward,                                              \
                          .step_ranges = true,                                                      \
+                         .deltas = true,                                                           \
                          .merge_meta = merge_meta_gemma,                                           \
                          .synth = synthfn,                                                         \
                          .hf_classes = hf,                                                         \

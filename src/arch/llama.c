@@ -81,6 +81,7 @@ extern const rp_conv_hooks rp_conv_llama, rp_conv_qwen2, rp_conv_qwen3; /* *_con
                          .ctx_free = rp_dense_ctx_free,                                            \
                          .forward = rp_dense_forward,                                              \
                          .step_ranges = true,                                                      \
+                         .deltas = true,                                                           \
                          .synth = synthfn,                                                         \
                          .hf_classes = (const char *const[]){hf, NULL},                            \
                          .convert = &conv}

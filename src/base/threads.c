@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -14,19 +15,46 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
-/* Workers spin this many rounds (a PAUSE is 10-140 cycles: tens of
- * microseconds) for a new task before sleeping: a decode step issues a task
- * every few tens of microseconds, and sleeping in between would add a futex
- * round trip to each. The caller waiting for the workers spins as long, then
- * yields its core, so an oversubscribed machine (more runnable threads than
- * cores) still lets a descheduled worker finish. */
+/* A task is n slots, fn(arg, slot, n) for slot in [0, n): every thread of
+ * the pool (the caller included) claims slots from a shared counter until
+ * none is left, so a thread the scheduler has taken away (a competing load on
+ * the cores) does not hold the task up: the others run its slots. A slot is
+ * run by exactly one thread, so its per-slot scratch (rp_pool_scratch, index
+ * = slot) is never shared, and its arithmetic, fixed by (slot, n), does not
+ * depend on which thread runs it.
+ *
+ * Between tasks, workers spin this many rounds (a PAUSE is 10-140 cycles:
+ * tens of microseconds) for the next one, then sleep on a futex on the
+ * generation counter; the caller wakes them only when one sleeps. The caller
+ * waiting for slots in progress spins as long, then sleeps on a futex on the
+ * done counter, woken by the thread finishing the last slot. */
 #define SPIN_ROUNDS 20000
+
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+static void futex_wait(_Atomic int *word, int val) {
+    syscall(SYS_futex, (int *)word, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+}
+static void futex_wake(_Atomic int *word) {
+    syscall(SYS_futex, (int *)word, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+}
+#else
+static void futex_wait(_Atomic int *word, int val) {
+    (void)word;
+    (void)val;
+    sched_yield();
+}
+static void futex_wake(_Atomic int *word) {
+    (void)word;
+}
+#endif
 
 typedef struct worker {
     rp_pool *pool;
     int ith;
     pthread_t th;
-    void *scratch; /* rp_pool_scratch */
+    void *scratch; /* rp_pool_scratch of slot ith */
     size_t scratch_size;
 } worker;
 
@@ -35,39 +63,53 @@ struct rp_pool {
     worker *workers;
     rp_task_fn fn;
     void *arg;
-    int n_active;
     void *shared; /* rp_pool_shared_scratch */
     size_t shared_size;
-    _Atomic unsigned gen;
-    _Atomic int n_done;
+    _Atomic int gen; /* task generation (futex word of sleeping workers) */
+    /* the next slot to claim (bits 0-19) and the task's slot count (bits
+     * 20-39), in one word: a claim that finds slot >= count is a thread
+     * coming late from a finished task, never a slot of the next one */
+    _Atomic long long next;
+    _Atomic int n_done;   /* slots finished (futex word of the waiting caller) */
+    _Atomic int sleepers; /* workers asleep or going to sleep on gen */
+    _Atomic int waiting;  /* the caller asleep or going to sleep on n_done */
     _Atomic int stop;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
 };
 
-static void *worker_main(void *p) {
-    worker *w = p;
-    rp_pool *pool = w->pool;
-    unsigned seen = 0;
+/* claims and runs slots of the current task until none is left */
+static void run_slots(rp_pool *p) {
     for (;;) {
-        unsigned g;
-        int spins = 0;
-        while ((g = atomic_load_explicit(&pool->gen, memory_order_acquire)) == seen &&
-               !atomic_load_explicit(&pool->stop, memory_order_relaxed)) {
+        const long long v = atomic_fetch_add(&p->next, 1);
+        const int s = (int)(v & 0xFFFFF), n = (int)((v >> 20) & 0xFFFFF);
+        if (s >= n) return;
+        p->fn(p->arg, s, n);
+        if (atomic_fetch_add(&p->n_done, 1) + 1 == n && atomic_load(&p->waiting))
+            futex_wake(&p->n_done);
+    }
+}
+
+static void *worker_main(void *arg) {
+    worker *w = arg;
+    rp_pool *p = w->pool;
+    int seen = 0;
+    for (;;) {
+        int g, spins = 0;
+        while ((g = atomic_load(&p->gen)) == seen && !atomic_load(&p->stop)) {
             if (++spins < SPIN_ROUNDS) {
                 CPU_RELAX();
                 continue;
             }
-            pthread_mutex_lock(&pool->mu);
-            while (atomic_load(&pool->gen) == seen && !atomic_load(&pool->stop))
-                pthread_cond_wait(&pool->cv, &pool->mu);
-            pthread_mutex_unlock(&pool->mu);
+            /* announce the sleep, then check once more (the caller reads
+             * sleepers after bumping gen: one of the two sees the other) */
+            atomic_fetch_add(&p->sleepers, 1);
+            while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop))
+                futex_wait(&p->gen, seen);
+            atomic_fetch_sub(&p->sleepers, 1);
             spins = 0;
         }
-        if (atomic_load(&pool->stop)) return NULL;
+        if (atomic_load(&p->stop)) return NULL;
         seen = g;
-        if (w->ith < pool->n_active) pool->fn(pool->arg, w->ith, pool->n_active);
-        atomic_fetch_add_explicit(&pool->n_done, 1, memory_order_release);
+        run_slots(p);
     }
 }
 
@@ -81,8 +123,6 @@ rp_pool *rp_pool_new(int n_threads) {
         free(p);
         return NULL;
     }
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
     for (int i = 1; i < n_threads; i++) {
         p->workers[i].pool = p;
         p->workers[i].ith = i;
@@ -98,13 +138,10 @@ rp_pool *rp_pool_new(int n_threads) {
 
 void rp_pool_free(rp_pool *p) {
     if (!p) return;
-    pthread_mutex_lock(&p->mu);
     atomic_store(&p->stop, 1);
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
+    atomic_fetch_add(&p->gen, 1);
+    futex_wake(&p->gen);
     for (int i = 1; i < p->n; i++) pthread_join(p->workers[i].th, NULL);
-    pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->cv);
     for (int i = 0; i < p->n; i++) rp_free_aligned(p->workers[i].scratch);
     rp_free_aligned(p->shared);
     free(p->workers);
@@ -139,21 +176,20 @@ void rp_pool_run_n(rp_pool *p, int n, rp_task_fn fn, void *arg) {
         fn(arg, 0, 1);
         return;
     }
+    /* the last task's slots are all done: no thread reads these now */
     p->fn = fn;
     p->arg = arg;
-    p->n_active = n;
-    atomic_store_explicit(&p->n_done, 0, memory_order_relaxed);
-    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
-    pthread_mutex_lock(&p->mu);
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-    fn(arg, 0, n);
-    for (int spins = 0; atomic_load_explicit(&p->n_done, memory_order_acquire) != p->n - 1;
-         spins++) {
-        if (spins < SPIN_ROUNDS)
-            CPU_RELAX();
-        else
-            sched_yield();
+    atomic_store(&p->n_done, 0);
+    atomic_store(&p->next, (long long)n << 20);
+    atomic_fetch_add(&p->gen, 1);
+    if (atomic_load(&p->sleepers)) futex_wake(&p->gen);
+    run_slots(p);
+    int d, spins = 0;
+    while ((d = atomic_load(&p->n_done)) != n && ++spins < SPIN_ROUNDS) CPU_RELAX();
+    if (d != n) {
+        atomic_store(&p->waiting, 1);
+        while ((d = atomic_load(&p->n_done)) != n) futex_wait(&p->n_done, d);
+        atomic_store(&p->waiting, 0);
     }
 }
 

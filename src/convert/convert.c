@@ -447,6 +447,8 @@ int64_t rp_conv_dim(const rp_conv *cv, int dim) {
     return dim > RP_DIM_ANY && dim < RP_DIM_ROT2 ? d.v[dim] : -1;
 }
 
+static bool ends_with(const char *s, const char *suffix);
+
 /* Does name match pattern + ".weight"/".bias"? '#' matches a decimal layer
  * number (returned in *layer, else -1); *suffix points at the suffix. */
 static bool rule_match(const char *pat, const char *name, int64_t *layer, const char **suffix) {
@@ -500,7 +502,57 @@ static void fmt_shape(char *buf, size_t n, uint32_t nd, const int64_t *shape) {
     if (k < n) snprintf(buf + k, n - k, "]");
 }
 
+/* One PEFT tensor t against the rules (--lora). */
+static rp_status lora_map_one(rp_conv *cv, const rp_st_tensor *t, const rp_conv_rule *rules,
+                              size_t n_rules) {
+    static const char pre[] = "base_model.model.";
+    const char *n = t->name;
+    size_t len = strlen(n);
+    bool is_a = ends_with(n, ".lora_A.weight"), is_b = ends_with(n, ".lora_B.weight");
+    if (strncmp(n, pre, sizeof pre - 1) || (!is_a && !is_b)) return RP_OK; /* unused: reported */
+    char hf[256];
+    const size_t core = len - (sizeof pre - 1) - strlen(".lora_A.weight");
+    if (core + 8 >= sizeof hf) return RP_OK;
+    snprintf(hf, sizeof hf, "%.*s.weight", (int)core, n + sizeof pre - 1);
+    for (size_t r = 0; r < n_rules; r++) {
+        int64_t layer;
+        const char *suffix;
+        if (!rule_match(rules[r].hf, hf, &layer, &suffix)) continue;
+        const rp_tensor_def *row = rules[r].gguf;
+        if (layer >= cv->lora_layers)
+            return rp_fail(RP_ERR_FORMAT, "%s: layer %" PRId64 " is beyond the adapter's %" PRId64,
+                           t->name, layer, cv->lora_layers);
+        if (row->ne1 == RP_DIM_NONE || t->n_dims != 2)
+            return rp_fail(RP_ERR_UNSUPPORTED, "%s: a LoRA pair on a tensor that is not a matrix",
+                           t->name);
+        const int64_t want = is_a ? rp_conv_dim(cv, row->ne0) : rp_conv_dim(cv, row->ne1),
+                      got = is_a ? t->shape[1] : t->shape[0],
+                      rank = is_a ? t->shape[0] : t->shape[1];
+        if ((want >= 0 && got != want) || rank != cv->lora_rank)
+            return rp_fail(RP_ERR_FORMAT,
+                           "%s has shape [%" PRId64 ", %" PRId64 "]; config.json and r = %" PRId64
+                           " imply %s",
+                           t->name, t->shape[0], t->shape[1], cv->lora_rank,
+                           is_a ? "[r, n_in]" : "[n_out, r]");
+        char gname[272];
+        gguf_name(gname, sizeof gname - 8, row, layer, ".weight");
+        strcat(gname, is_a ? ".lora_a" : ".lora_b");
+        rp_conv_out *o = rp_conv_add(cv, gname, t);
+        if (!o) return RP_ERR_FORMAT;
+        o->make = is_a ? NULL : rules[r].make;
+        o->note = is_a ? NULL : rules[r].note;
+        return RP_OK;
+    }
+    return RP_OK;
+}
+
 rp_status rp_conv_map(rp_conv *cv, const rp_conv_rule *rules, size_t n_rules) {
+    for (uint64_t i = 0; cv->lora && i < rp_st_n_tensors(cv->st); i++) {
+        rp_status s =
+            cv->used[i] ? RP_OK : lora_map_one(cv, rp_st_tensor_at(cv->st, i), rules, n_rules);
+        if (s) return s;
+    }
+    if (cv->lora) return RP_OK;
     for (uint64_t i = 0; i < rp_st_n_tensors(cv->st); i++) {
         const rp_st_tensor *t = rp_st_tensor_at(cv->st, i);
         if (cv->used[i]) continue;
@@ -607,6 +659,7 @@ rp_status rp_conv_rule_shapes(rp_conv *cv, rp_st *st, const rp_conv_rule *rules,
 }
 
 rp_status rp_conv_output_head(rp_conv *cv) {
+    if (cv->lora) return RP_OK;
     const rp_st_tensor *t = rp_st_find(cv->st, "lm_head.weight");
     if (cv->hp.tied) return t ? rp_conv_drop(cv, t) : RP_OK;
     if (!t)
@@ -651,7 +704,9 @@ static bool ends_with(const char *s, const char *suffix) {
 /* llama.cpp's convert_hf_to_gguf.py rules. */
 static int pick_type(const rp_conv *cv, const rp_conv_out *o) {
     if (o->force_type >= 0) return o->force_type;
-    if (o->n_dims <= 1 || ends_with(o->name, "_norm.weight") || !ends_with(o->name, ".weight"))
+    const bool pair = ends_with(o->name, ".lora_a") || ends_with(o->name, ".lora_b");
+    if (o->n_dims <= 1 || ends_with(o->name, "_norm.weight") ||
+        (!ends_with(o->name, ".weight") && !pair))
         return RP_TYPE_F32;
     if (cv->outtype == RP_TYPE_Q8_0 && o->ne[0] % QK8_0) return RP_TYPE_F16;
     return cv->outtype;
@@ -819,12 +874,17 @@ static rp_status plan(rp_conv *cv) {
     const char *base = strrchr(cv->dir, '/');
     base = base && base[1] ? base + 1 : cv->dir;
     if ((s = rp_gguf_w_set_str(cv->w, "general.architecture", cv->arch->name))) return s;
-    if ((s = rp_gguf_w_set_str(cv->w, "general.type", "model"))) return s;
+    cv->lora = p->lora_dir != NULL;
+    if (cv->lora && !cv->arch->deltas)
+        return rp_fail(RP_ERR_UNSUPPORTED, "--lora: reprise applies no LoRA to %s models",
+                       cv->arch->name);
+    if ((s = rp_gguf_w_set_str(cv->w, "general.type", cv->lora ? "adapter" : "model"))) return s;
     if ((s = rp_gguf_w_set_str(cv->w, "general.name", base))) return s;
     if ((s = cv->hooks->params(cv))) return s;
+    if (cv->lora && (s = rp_conv_lora_keys(cv))) return s;
 
     if (!p->vocab_only) {
-        if (p->shapes_from_config && !has_weights(cv->dir)) {
+        if (!p->lora_dir && p->shapes_from_config && !has_weights(cv->dir)) {
             if (!cv->hooks->shapes)
                 return rp_fail(RP_ERR_UNSUPPORTED,
                                "%s: no weights, and %s cannot be planned from config.json alone",
@@ -832,6 +892,14 @@ static rp_status plan(rp_conv *cv) {
             if (!(cv->st = rp_st_new_shapes())) return RP_ERR_NOMEM;
             cv->from_shapes = true;
             if ((s = cv->hooks->shapes(cv, cv->st))) return s;
+        } else if (cv->lora) {
+            size_t n = strlen(p->lora_dir) + 32;
+            char *path = rp_malloc(n, "path");
+            if (!path) return RP_ERR_NOMEM;
+            snprintf(path, n, "%s/adapter_model.safetensors", p->lora_dir);
+            s = rp_st_open(path, &cv->st);
+            free(path);
+            if (s) return s;
         } else if ((s = rp_st_open_dir(cv->dir, &cv->st))) {
             return s;
         }
@@ -859,7 +927,9 @@ static rp_status plan(rp_conv *cv) {
     if ((s = rp_gguf_w_set_u32(cv->w, "general.quantization_version", GGML_QUANT_VERSION)))
         return s;
 
-    if (p->no_vocab) {
+    if (cv->lora) {
+        /* an adapter carries no tokenizer */
+    } else if (p->no_vocab) {
         if ((s = rp_gguf_w_set_str(cv->w, "tokenizer.ggml.model", "none"))) return s;
     } else if ((s = cv->hooks->vocab ? cv->hooks->vocab(cv) : rp_conv_vocab(cv, true, -1))) {
         return s;
@@ -874,6 +944,7 @@ static rp_status plan(rp_conv *cv) {
             cv->used[i] = true;
     }
     if ((s = cv->hooks->tensors(cv))) return s;
+    if (cv->lora) rp_conv_lora_keep_pairs(cv);
     for (uint64_t i = 0; i < rp_st_n_tensors(cv->st); i++)
         if (!cv->used[i]) {
             const rp_st_tensor *t = rp_st_tensor_at(cv->st, i);

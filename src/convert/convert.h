@@ -127,7 +127,11 @@ struct rp_conv {
     float *chunk; /* F32 rows while writing */
     size_t chunk_floats;
     void *arch_data; /* an architecture's own state (freed with free()) */
-    char **opt;      /* [2 n_opt] params.arch_opts as key, value ("" for a bare key) */
+    /* reprise convert --lora: the PEFT adapter's layers (layer_replication:
+     * the replicated count) and its target modules' rank */
+    bool lora;
+    int64_t lora_layers, lora_rank;
+    char **opt; /* [2 n_opt] params.arch_opts as key, value ("" for a bare key) */
     size_t n_opt;
 };
 
@@ -196,8 +200,18 @@ typedef struct rp_conv_rule {
     const char *note;
 } rp_conv_rule;
 
+/* convert_lora.c: adapter_config.json of p.lora_dir -> the adapter keys
+ * (general.type, adapter.type, adapter.lora.alpha, adapter.reprise.layer_map),
+ * cv->lora_layers and lora_rank; and the filter that keeps only the LoRA
+ * outputs once the architecture's tensor hook has run. */
+rp_status rp_conv_lora_keys(rp_conv *cv);
+void rp_conv_lora_keep_pairs(rp_conv *cv);
+
 /* Maps every unused checkpoint tensor that matches a rule; checks shapes and
- * required tensors. */
+ * required tensors. With --lora it maps the PEFT pairs instead:
+ * "base_model.model.<hf>.lora_A.weight" [r, n_in] -> "<gguf>.lora_a",
+ * ".lora_B.weight" [n_out, r] -> "<gguf>.lora_b" through the rule's row
+ * producer (the Q/K permutation acts on B's output rows). */
 rp_status rp_conv_map(rp_conv *cv, const rp_conv_rule *rules, size_t n_rules);
 /* The checkpoint tensors the rules imply (weights of REQUIRED rules), for an
  * architecture's shapes callback; dtype from config.json's dtype/torch_dtype. */

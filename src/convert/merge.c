@@ -93,6 +93,10 @@ rp_status rp_merge_write(const rp_context *ctx, const char *path, rp_progress_fn
                          void *user, rp_merge_info *info) {
     const rp_model *m = ctx->model;
     const rp_plan *p = ctx->plan;
+    if (ctx->deltas)
+        return rp_fail(RP_ERR_UNSUPPORTED,
+                       "merge: the plan carries deltas (LoRA adapters or residual scales), which "
+                       "a merged file of plain layers cannot hold; apply them at run time");
     const int n_layer = m->hp.n_layer, n_new = p->n_eff + (n_layer - p->n_src);
     rp_gguf_writer *w = rp_gguf_writer_new();
     if (!w) return rp_fail(RP_ERR_NOMEM, "out of memory (GGUF writer)");

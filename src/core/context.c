@@ -1,9 +1,11 @@
 #include "core/context.h"
 #include "arch/arch.h"
+#include "core/delta.h"
 #include "base/threads.h"
 #include "kernels/types.h"
 #include "base/util.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +31,7 @@ void rp_context_free(rp_context *c) {
     free(c->hidden);
     free(c->out_index);
     rp_plan_free(c->plan);
+    rp_deltas_free(c->deltas);
     free(c);
 }
 
@@ -93,6 +96,10 @@ static rp_status check_memory(const rp_context *c) {
                    c->params.mem_limit ? "" : ", or set a memory limit");
 }
 
+static int c_ubatch(const rp_context_params *p) {
+    return p->n_batch ? (int)RP_MIN(p->n_batch, 8192u) : DEFAULT_N_BATCH;
+}
+
 rp_status rp_context_new(const rp_model *m, const rp_context_params *params, rp_context **out) {
     *out = NULL;
     if (!m || !m->arch)
@@ -100,19 +107,34 @@ rp_status rp_context_new(const rp_model *m, const rp_context_params *params, rp_
     rp_context_params p = params ? *params : rp_context_default_params();
     rp_status s = rp_kv_check_model(m, p.type_k, p.type_v);
     if (s) return s;
-    /* the plan first: a refused spec allocates nothing else */
-    rp_plan *plan = NULL;
-    s = build_plan(m, &p, &plan);
+    /* the adapters and the plan first: a refusal allocates nothing else */
+    rp_deltas *deltas = NULL;
+    const char *adopted = NULL; /* a layer_replication adapter's plan */
+    s = rp_deltas_open(m, &p, &deltas, &adopted);
     if (s) return s;
+    rp_context_params pp = p;
+    if (adopted && !(p.repeat_layers && *p.repeat_layers) && !(p.layer_map && *p.layer_map))
+        pp.layer_map = adopted;
+    rp_plan *plan = NULL;
+    if (!(s = build_plan(m, &pp, &plan))) s = rp_deltas_bind(&deltas, m, plan, c_ubatch(&p));
+    if (s) {
+        rp_plan_free(plan);
+        rp_deltas_free(deltas);
+        return s;
+    }
     rp_context *c = rp_calloc(1, sizeof *c, "context");
     if (!c) {
         rp_plan_free(plan);
+        rp_deltas_free(deltas);
         return RP_ERR_NOMEM;
     }
     c->model = m;
     c->plan = plan;
+    c->deltas = deltas;
     c->params = p;
     c->params.repeat_layers = c->params.layer_map = NULL; /* not owned */
+    c->params.lora = NULL;
+    c->params.n_lora = 0;
     c->n_ctx = p.n_ctx ? (int)p.n_ctx : RP_MIN(m->hp.n_ctx_train, DEFAULT_N_CTX_CAP);
     if (p.n_ctx > (1u << 24)) {
         rp_context_free(c);
@@ -123,7 +145,7 @@ rp_status rp_context_new(const rp_model *m, const rp_context_params *params, rp_
         rp_context_free(c);
         return rp_fail(RP_ERR_INVALID_ARG, "n_seq_max %d is too large", c->n_seq);
     }
-    c->n_ubatch = p.n_batch ? (int)RP_MIN(p.n_batch, 8192u) : DEFAULT_N_BATCH;
+    c->n_ubatch = c_ubatch(&p);
     c->n_threads = p.n_threads > 0 ? p.n_threads : rp_n_physical_cores();
     if (c->n_threads > 512) c->n_threads = 512;
 
@@ -230,6 +252,10 @@ static void describe_step_type(rp_buf *b, const rp_context *c, int e) {
     rp_buf_printf(b, "\n");
 }
 
+uint64_t rp_context_adapter_bytes(const rp_context *c) {
+    return rp_deltas_bytes(c->deltas);
+}
+
 int rp_context_plan_report(const rp_context *c, char *buf, size_t size) {
     const rp_plan *p = c->plan;
     const rp_model *m = c->model;
@@ -283,9 +309,10 @@ int rp_context_plan_report(const rp_context *c, char *buf, size_t size) {
     rp_buf_printf(
         &b,
         "  state: %d slots (%+.1f%%), %.2f MiB for %d x %d positions; compute per token %+.1f%%; "
-        "extra weight bytes: 0\n",
+        "extra weight bytes: %" PRIu64 "\n",
         kv_plan, kv_growth, (double)rp_context_state_bytes(c) / 1048576.0, c->n_seq, c->n_ctx,
-        comp_growth);
+        comp_growth, rp_deltas_bytes(c->deltas));
+    rp_deltas_report(c->deltas, p, &b);
     /* what the sliding-window rings save: the same steps with every position kept */
     uint64_t full = c->state.rec_bytes;
     bool rings = false;

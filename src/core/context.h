@@ -48,6 +48,8 @@ struct rp_context {
     float *attn_scratch;
     size_t attn_scratch_per_thread;
     void *arch_ctx;
+    struct rp_deltas
+        *deltas;          /* LoRA adapters and residual scales per step (core/delta.h), or NULL */
     bool pool_borrowed;   /* cc.pool belongs to another context (rp_context_share_pool) */
     rp_abort_fn abort_fn; /* rp_context_set_abort: asked before each pass of a decode */
     void *abort_user;

@@ -174,7 +174,9 @@ static void layout(const rp_heatmap *h, int n_best, hm_layout *L) {
     L->bar_w = 22;
     L->bar_h = RP_MIN(RP_MAX(L->grid, 160), 320);
     L->bar_y = L->gy + lh + 4;
-    L->panel_x = L->bar_x + L->bar_w + 12 * cw;
+    /* the panel clears the legend's ticks and its caption */
+    L->panel_x = RP_MAX(L->bar_x + L->bar_w + 12 * cw,
+                        L->bar_x + rp_text_width(h->unit ? h->unit : "change", S) + 2 * cw);
     const int panel_chars = 30;
     const int panel_lines = 5 + n_best + L->pareto_max;
     L->width = L->panel_x + panel_chars * cw + M;

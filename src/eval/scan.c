@@ -15,7 +15,7 @@
 
 /* ---- metrics ------------------------------------------------------------- */
 
-static const char *const g_metric_names[] = {"ppl", "kld", "probe"};
+static const char *const g_metric_names[] = {"ppl", "kld", "probe", "math", "eq", "mc", "combined"};
 
 const char *rp_scan_metric_name(rp_scan_metric m) {
     return (unsigned)m < RP_ARRAY_LEN(g_metric_names) ? g_metric_names[m] : "?";
@@ -28,7 +28,7 @@ int rp_scan_metric_from_name(const char *name) {
 }
 
 int rp_scan_metric_sign(rp_scan_metric m) {
-    return m == RP_SCAN_PROBE ? +1 : -1;
+    return m == RP_SCAN_PPL || m == RP_SCAN_KLD ? -1 : +1;
 }
 
 /* ---- workload ------------------------------------------------------------ */
@@ -38,6 +38,7 @@ void rp_scan_set_free(rp_scan_set *set) {
     free(set->seq);
     free(set->group);
     free(set->items);
+    free(set->gen);
     memset(set, 0, sizeof *set);
 }
 
@@ -118,8 +119,85 @@ rp_status rp_scan_set_text(rp_scan_set *set, const int32_t *tokens, const rp_eva
 typedef struct probe_builder {
     rp_scan_set *set;
     size_t tok_cap;
-    int seq_cap, item_cap;
+    int seq_cap, item_cap, gen_cap;
 } probe_builder;
+
+static bool room_tokens(probe_builder *b, size_t n) {
+    rp_scan_set *set = b->set;
+    if (set->n_tok + n <= b->tok_cap) return true;
+    size_t cap = RP_MAX(b->tok_cap * 2, set->n_tok + n + 256);
+    int32_t *t = rp_realloc(set->tok, cap * sizeof *t, "probe tokens");
+    if (!t) return false;
+    set->tok = t;
+    b->tok_cap = cap;
+    return true;
+}
+
+#define GEN_DEFAULT_TOKENS 16
+#define GEN_MAX_TOKENS     256
+
+/* A math probe (answer: a JSON integer) or an EQ probe ("scores"): the
+ * prompt's tokens and what its output is scored against. */
+static rp_status probe_gen(probe_builder *b, const rp_model *m, json_t *o, const int32_t *ptok,
+                           size_t np, const char *name, int lineno) {
+    json_t *ja = json_object_get(o, "answer"), *jsc = json_object_get(o, "scores"),
+           *jm = json_object_get(o, "max_tokens"), *jscale = json_object_get(o, "scale");
+    rp_scan_gen g = {.max_tokens = GEN_DEFAULT_TOKENS, .scale = 10, .line = lineno};
+    if (jm && (!json_is_integer(jm) || json_integer_value(jm) < 1 ||
+               json_integer_value(jm) > GEN_MAX_TOKENS))
+        return rp_fail(RP_ERR_FORMAT, "%s:%d: \"max_tokens\" must be an integer 1..%d", name,
+                       lineno, GEN_MAX_TOKENS);
+    if (jm) g.max_tokens = (int)json_integer_value(jm);
+    if (jsc) {
+        g.eq = true;
+        const size_t n = json_is_array(jsc) ? json_array_size(jsc) : 0;
+        if (ja || n < 1 || n > RP_SCAN_EQ_MAX)
+            return rp_fail(RP_ERR_FORMAT,
+                           "%s:%d: \"scores\" must be an array of 1 to %d numbers (and no "
+                           "\"answer\")",
+                           name, lineno, RP_SCAN_EQ_MAX);
+        for (size_t k = 0; k < n; k++) {
+            json_t *x = json_array_get(jsc, k);
+            if (!json_is_number(x))
+                return rp_fail(RP_ERR_FORMAT, "%s:%d: score %zu is not a number", name, lineno, k);
+            g.scores[g.n_scores++] = json_number_value(x);
+        }
+        if (jscale && (!json_is_number(jscale) || !(json_number_value(jscale) > 0)))
+            return rp_fail(RP_ERR_FORMAT, "%s:%d: \"scale\" must be a positive number", name,
+                           lineno);
+        if (jscale) g.scale = json_number_value(jscale);
+    } else {
+        if (jscale)
+            return rp_fail(RP_ERR_FORMAT, "%s:%d: \"scale\" goes with \"scores\"", name, lineno);
+        snprintf(g.expected, sizeof g.expected, "%lld", (long long)json_integer_value(ja));
+    }
+    const int n_train = rp_model_n_ctx_train(m);
+    if (np == 0 || np > (size_t)INT32_MAX / 4 ||
+        (n_train > 0 && np + (size_t)g.max_tokens > (size_t)n_train))
+        return rp_fail(RP_ERR_FORMAT, "%s:%d: the prompt is %s", name, lineno,
+                       np ? "longer than the model's context with its budget"
+                          : "empty and the vocabulary adds no BOS");
+    rp_scan_set *set = b->set;
+    if (!room_tokens(b, np)) return RP_ERR_NOMEM;
+    if (set->n_gen == b->gen_cap) {
+        int cap = b->gen_cap ? 2 * b->gen_cap : 32;
+        rp_scan_gen *ng = rp_realloc(set->gen, (size_t)cap * sizeof *ng, "generation probes");
+        if (!ng) return RP_ERR_NOMEM;
+        set->gen = ng;
+        b->gen_cap = cap;
+    }
+    g.tok = set->n_tok;
+    g.n_prompt = (int)np;
+    memcpy(set->tok + set->n_tok, ptok, np * sizeof *ptok);
+    set->n_tok += np;
+    set->max_gen = RP_MAX(set->max_gen, g.n_prompt + g.max_tokens);
+    set->gen[set->n_gen++] = g;
+    if (g.eq)
+        set->n_eq++;
+    else
+        set->n_math++;
+    return RP_OK;
+}
 
 /* Appends prompt+answer as one sequence; the answer's tokens follow the
  * longest prefix the joined text shares with the prompt alone. */
@@ -163,15 +241,9 @@ static rp_status probe_add_seq(probe_builder *b, const rp_model *m, const int32_
                        where, nw, n_train);
     }
     rp_scan_set *set = b->set;
-    if (set->n_tok + nw > b->tok_cap) {
-        size_t cap = RP_MAX(b->tok_cap * 2, set->n_tok + nw + 256);
-        int32_t *t = rp_realloc(set->tok, cap * sizeof *t, "probe tokens");
-        if (!t) {
-            free(wt);
-            return RP_ERR_NOMEM;
-        }
-        set->tok = t;
-        b->tok_cap = cap;
+    if (!room_tokens(b, nw)) {
+        free(wt);
+        return RP_ERR_NOMEM;
     }
     if (set->n_seq == b->seq_cap) {
         int cap = b->seq_cap ? 2 * b->seq_cap : 64;
@@ -211,11 +283,12 @@ static rp_status probe_line(probe_builder *b, const rp_model *m, const char *lin
     const char *key;
     json_t *val;
     json_object_foreach(o, key, val) {
-        if (strcmp(key, "prompt") && strcmp(key, "answer") && strcmp(key, "choices")) {
-            s = rp_fail(
-                RP_ERR_FORMAT,
-                "%s:%d: unknown key \"%s\" (a probe has prompt, answer and optional choices)", name,
-                lineno, key);
+        if (strcmp(key, "prompt") && strcmp(key, "answer") && strcmp(key, "choices") &&
+            strcmp(key, "scores") && strcmp(key, "max_tokens") && strcmp(key, "scale")) {
+            s = rp_fail(RP_ERR_FORMAT,
+                        "%s:%d: unknown key \"%s\" (a probe has prompt, answer or scores, and "
+                        "optional choices, max_tokens, scale)",
+                        name, lineno, key);
             goto out;
         }
     }
@@ -225,8 +298,17 @@ static rp_status probe_line(probe_builder *b, const rp_model *m, const char *lin
         s = rp_fail(RP_ERR_FORMAT, "%s:%d: \"prompt\" must be a string", name, lineno);
         goto out;
     }
-    if (!ja) {
+    json_t *jsc = json_object_get(o, "scores");
+    if (!ja && !jsc) {
         s = rp_fail(RP_ERR_FORMAT, "%s:%d: no \"answer\"", name, lineno);
+        goto out;
+    }
+    const bool gen = jsc || (!jc && json_is_integer(ja));
+    if (!gen && (json_object_get(o, "max_tokens") || json_object_get(o, "scale"))) {
+        s = rp_fail(RP_ERR_FORMAT,
+                    "%s:%d: \"max_tokens\" and \"scale\" go with math and EQ probes (an integer "
+                    "answer, or scores)",
+                    name, lineno);
         goto out;
     }
     const char *prompt = json_string_value(jp);
@@ -242,6 +324,10 @@ static rp_status probe_line(probe_builder *b, const rp_model *m, const char *lin
     }
     const rp_vocab *v = rp_model_vocab(m);
     if (rp_vocab_add_eos(v) && np > 0 && ptok[np - 1] == rp_vocab_eos(v)) np--;
+    if (gen) {
+        s = probe_gen(b, m, o, ptok, np, name, lineno);
+        goto out;
+    }
     rp_scan_set *set = b->set;
     if (set->n_items == b->item_cap) {
         int cap = b->item_cap ? 2 * b->item_cap : 32;
@@ -256,7 +342,9 @@ static rp_status probe_line(probe_builder *b, const rp_model *m, const char *lin
     rp_scan_item item = {.first_seq = set->n_seq, .n_choices = 0, .answer = 0, .line = lineno};
     if (!jc) {
         if (!json_is_string(ja)) {
-            s = rp_fail(RP_ERR_FORMAT, "%s:%d: \"answer\" must be a string (or give \"choices\")",
+            s = rp_fail(RP_ERR_FORMAT,
+                        "%s:%d: \"answer\" must be a string, an integer (math) or give "
+                        "\"choices\"",
                         name, lineno);
             goto out;
         }
@@ -319,13 +407,179 @@ out:
     return s;
 }
 
+/* ---- llama-perplexity's multiple-choice formats ------------------------------ */
+
+/* One multiple-choice task: the context, then each ending after a space (as
+ * llama-perplexity joins them). */
+static rp_status mc_task(probe_builder *b, const rp_model *m, const char *ctx, size_t clen,
+                         const char *const *end, const size_t *elen, int n, int gold,
+                         const char *name, int task) {
+    char where[160];
+    if (n < 2 || n > 64 || gold < 0 || gold >= n)
+        return rp_fail(RP_ERR_FORMAT, "%s: task %d: %d endings, the right one %d", name, task, n,
+                       gold);
+    int32_t *ptok = NULL;
+    size_t np = 0;
+    rp_status s = rp_tokenize(rp_model_vocab(m), ctx, clen, true, false, &ptok, &np);
+    if (s) return rp_fail_prefix(s, "%s: task %d: tokenizing the context", name, task);
+    const rp_vocab *v = rp_model_vocab(m);
+    if (rp_vocab_add_eos(v) && np > 0 && ptok[np - 1] == rp_vocab_eos(v)) np--;
+    rp_scan_set *set = b->set;
+    if (set->n_items == b->item_cap) {
+        int cap = b->item_cap ? 2 * b->item_cap : 32;
+        rp_scan_item *it = rp_realloc(set->items, (size_t)cap * sizeof *it, "probe items");
+        if (!it) {
+            free(ptok);
+            return RP_ERR_NOMEM;
+        }
+        set->items = it;
+        b->item_cap = cap;
+    }
+    char *prompt = rp_strndup(ctx, clen);
+    const rp_scan_item item = {
+        .first_seq = set->n_seq, .n_choices = n, .answer = gold, .line = task};
+    for (int k = 0; k < n && !s; k++) {
+        char *ans = rp_malloc(elen[k] + 2, "probe ending");
+        if (!ans || !prompt) {
+            free(ans);
+            s = RP_ERR_NOMEM;
+            break;
+        }
+        ans[0] = ' ';
+        memcpy(ans + 1, end[k], elen[k]);
+        ans[elen[k] + 1] = 0;
+        snprintf(where, sizeof where, "%s: task %d, ending %d", name, task, k);
+        s = probe_add_seq(b, m, ptok, np, prompt, clen, ans, where);
+        free(ans);
+    }
+    free(prompt);
+    free(ptok);
+    if (s) return s;
+    set->items[set->n_items++] = item;
+    set->n_choice_items++;
+    return RP_OK;
+}
+
+/* HellaSwag as llama-perplexity reads it: 6 lines per task (the context, the
+ * index of the right ending, 4 endings). */
+static rp_status read_hellaswag(probe_builder *b, const rp_model *m, const char *text, size_t len,
+                                const char *name) {
+    const char *line[6];
+    size_t ll[6];
+    int n = 0, task = 0;
+    rp_status s = RP_OK;
+    for (size_t p = 0; p < len && !s;) {
+        const char *nl = memchr(text + p, '\n', len - p);
+        size_t e = nl ? (size_t)(nl - text) : len, z = e;
+        if (z > p && text[z - 1] == '\r') z--;
+        line[n] = text + p;
+        ll[n++] = z - p;
+        p = e + 1;
+        if (n < 6) continue;
+        task++;
+        char idx[8] = {0};
+        memcpy(idx, line[1], RP_MIN(ll[1], sizeof idx - 1));
+        if (ll[1] != 1 || idx[0] < '0' || idx[0] > '3') {
+            s = rp_fail(RP_ERR_FORMAT,
+                        "%s:%d: HellaSwag task %d: line 2 must be the right ending's index 0..3, "
+                        "got '%s'",
+                        name, (task - 1) * 6 + 2, task, idx);
+            break;
+        }
+        s = mc_task(b, m, line[0], ll[0], line + 2, ll + 2, 4, idx[0] - '0', name, task);
+        n = 0;
+    }
+    if (!s && n)
+        s = rp_fail(RP_ERR_FORMAT,
+                    "%s: %d lines left over: HellaSwag files have 6 lines per task (neither JSON "
+                    "Lines nor llama-perplexity's multiple-choice binary file)",
+                    name, n);
+    return s;
+}
+
+static bool read_u32(const char *t, size_t len, size_t *p, uint32_t *out) {
+    if (*p + 4 > len) return false;
+    memcpy(out, t + *p, 4);
+    *p += 4;
+    return true;
+}
+
+/* llama-perplexity's --multiple-choice file: u32 n_task, u32 offsets[n_task],
+ * then per task: the question, and two answer sets (u32 n, n strings, n
+ * int32 labels), a string being u32 length + bytes; the first set (one label
+ * 1) is scored. */
+static bool is_mc_binary(const char *t, size_t len) {
+    uint32_t n;
+    size_t p = 0;
+    return read_u32(t, len, &p, &n) && n > 0 && n < (1u << 24) && 4 + 4 * (size_t)n < len;
+}
+
+static rp_status read_mc_binary(probe_builder *b, const rp_model *m, const char *t, size_t len,
+                                const char *name) {
+    uint32_t n_task = 0;
+    size_t p = 0;
+    read_u32(t, len, &p, &n_task);
+    p += 4 * (size_t)n_task;
+    rp_status s = RP_OK;
+    for (uint32_t k = 0; k < n_task && !s; k++) {
+        const char *str[65];
+        size_t sl[65];
+        uint32_t n = 0, sz;
+        bool ok = read_u32(t, len, &p, &sz) && p + sz <= len;
+        const char *q = t + p;
+        const size_t ql = sz;
+        if (ok) p += sz;
+        int gold = -1, golds = 0;
+        for (int set = 0; set < 2 && ok; set++) {
+            uint32_t na = 0;
+            ok = read_u32(t, len, &p, &na) && na <= 64 && (set || na >= 2);
+            for (uint32_t a = 0; a < na && ok; a++) {
+                ok = read_u32(t, len, &p, &sz) && p + sz <= len;
+                if (ok && !set) {
+                    str[a] = t + p;
+                    sl[a] = sz;
+                }
+                if (ok) p += sz;
+            }
+            for (uint32_t a = 0; a < na && ok; a++) {
+                uint32_t lab;
+                ok = read_u32(t, len, &p, &lab);
+                if (ok && !set && lab == 1) gold = (int)a, golds++;
+            }
+            if (!set) n = na;
+        }
+        if (!ok || golds != 1)
+            return rp_fail(RP_ERR_FORMAT, "%s: multiple-choice task %u (at byte %zu) is %s", name,
+                           k + 1, p,
+                           ok ? "not one right answer among its first answer set"
+                              : "cut short or has more than 64 answers");
+        s = mc_task(b, m, q, ql, str, sl, (int)n, gold, name, (int)k + 1);
+    }
+    return s;
+}
+
 rp_status rp_scan_set_probes(rp_scan_set *set, const rp_model *model, const char *text, size_t len,
                              const char *name, int n_batch) {
     memset(set, 0, sizeof *set);
     probe_builder b = {.set = set};
     rp_status s = RP_OK;
     int lineno = 0;
-    for (size_t p = 0; p < len && !s;) {
+    size_t first = 0;
+    while (first < len && (text[first] == ' ' || text[first] == '\n' || text[first] == '\r' ||
+                           text[first] == '\t'))
+        first++;
+    /* HellaSwag: the second line is a single digit; the binary file: its counts */
+    const char *eol = memchr(text, '\n', len);
+    const size_t l2 = eol ? (size_t)(eol - text) + 1 : len;
+    const bool hellaswag = first < len && text[first] != '{' && l2 + 1 < len && text[l2] >= '0' &&
+                           text[l2] <= '3' && (text[l2 + 1] == '\n' || text[l2 + 1] == '\r');
+    const bool binary = !hellaswag && first < len && text[first] != '{' && is_mc_binary(text, len);
+    const bool jsonl = !hellaswag && !binary;
+    if (binary)
+        s = read_mc_binary(&b, model, text, len, name);
+    else if (hellaswag)
+        s = read_hellaswag(&b, model, text, len, name);
+    for (size_t p = 0; jsonl && p < len && !s;) {
         const char *nl = memchr(text + p, '\n', len - p);
         size_t e = nl ? (size_t)(nl - text) : len;
         lineno++;
@@ -335,7 +589,7 @@ rp_status rp_scan_set_probes(rp_scan_set *set, const rp_model *model, const char
         if (z > a) s = probe_line(&b, model, text + a, z - a, name, lineno);
         p = e + 1;
     }
-    if (!s && set->n_items == 0)
+    if (!s && set->n_items == 0 && set->n_gen == 0)
         s = rp_fail(RP_ERR_FORMAT, "%s: no probes (one JSON object per line)", name);
     if (!s) s = set_offsets(set);
     /* keep one item's choices in one group where they fit */
@@ -399,6 +653,12 @@ struct rp_scan {
     rp_kld_acc kld;
     double *seq_lp; /* [n_seq] log-probability of each sequence's scored tokens */
     uint64_t bytes, steps_run;
+    /* what the metric needs: the log-likelihood passes, the generation probes */
+    bool need_ll, need_gen;
+    unsigned combine;  /* combined: bits 1 << RP_SCAN_MATH / _EQ / _MC */
+    double *gen_score; /* [n_gen] scores of the evaluation in progress */
+    /* the identity's mean and standard error per metric (index: the metric) */
+    double id_mean[RP_SCAN_COMBINED], id_se[RP_SCAN_COMBINED];
     /* progress of the evaluation in progress */
     int pass_done, pass_total;
 };
@@ -416,20 +676,66 @@ void rp_scan_free(rp_scan *s) {
     free(s->rows);
     rp_kld_acc_free(&s->kld);
     free(s->seq_lp);
+    free(s->gen_score);
     free(s);
+}
+
+/* Which metrics the workload can give, as bits 1 << metric. */
+static unsigned available(const rp_scan_set *set) {
+    return (set->n_math ? 1u << RP_SCAN_MATH : 0) | (set->n_eq ? 1u << RP_SCAN_EQ : 0) |
+           (set->n_choice_items ? 1u << RP_SCAN_MC : 0);
+}
+
+/* The metric against the workload: RP_OK, or the refusal. */
+static rp_status check_metric(const rp_scan_set *set, const rp_scan_params *p, unsigned *combine) {
+    const char *name = rp_scan_metric_name(p->metric);
+    const bool probes = set->n_items > 0 || set->n_gen > 0;
+    *combine = 0;
+    switch (p->metric) {
+    case RP_SCAN_PPL:
+    case RP_SCAN_KLD:
+        if (probes) return rp_fail(RP_ERR_INVALID_ARG, "scan: metric %s needs a text", name);
+        return RP_OK;
+    case RP_SCAN_PROBE:
+        if (!set->n_items)
+            return rp_fail(RP_ERR_INVALID_ARG,
+                           "scan: metric probe needs free-answer or multiple-choice probes");
+        return RP_OK;
+    case RP_SCAN_MATH:
+    case RP_SCAN_EQ:
+    case RP_SCAN_MC:
+        if (!(available(set) & (1u << p->metric)))
+            return rp_fail(RP_ERR_INVALID_ARG, "scan: metric %s needs %s probes in the probe file",
+                           name,
+                           p->metric == RP_SCAN_MATH ? "math (an integer answer)"
+                           : p->metric == RP_SCAN_EQ ? "EQ (scores)"
+                                                     : "multiple-choice");
+        return RP_OK;
+    case RP_SCAN_COMBINED: {
+        const unsigned want = p->combine ? p->combine : available(set);
+        const unsigned known = (1u << RP_SCAN_MATH) | (1u << RP_SCAN_EQ) | (1u << RP_SCAN_MC);
+        if (!want || (want & ~known))
+            return rp_fail(RP_ERR_INVALID_ARG, "scan: combined combines math, eq and mc probes");
+        if (want & ~available(set))
+            return rp_fail(RP_ERR_INVALID_ARG, "scan: combined: the probe file has no %s probes",
+                           (want & ~available(set)) & (1u << RP_SCAN_MATH) ? "math"
+                           : (want & ~available(set)) & (1u << RP_SCAN_EQ) ? "EQ"
+                                                                           : "multiple-choice");
+        *combine = want;
+        return RP_OK;
+    }
+    }
+    return rp_fail(RP_ERR_INVALID_ARG, "scan: unknown metric %d", p->metric);
 }
 
 rp_status rp_scan_new(const rp_model *m, const rp_scan_set *set, const rp_scan_params *p,
                       rp_scan **out) {
     *out = NULL;
-    if (!set->n_seq || !set->n_group)
+    if ((!set->n_seq || !set->n_group) && !set->n_gen)
         return rp_fail(RP_ERR_INVALID_ARG, "scan: the workload is empty");
-    if ((p->metric == RP_SCAN_PROBE) != (set->n_items > 0))
-        return rp_fail(RP_ERR_INVALID_ARG, "scan: metric %s needs %s",
-                       rp_scan_metric_name(p->metric),
-                       p->metric == RP_SCAN_PROBE ? "a probe file" : "a text");
-    if ((unsigned)p->metric > RP_SCAN_PROBE)
-        return rp_fail(RP_ERR_INVALID_ARG, "scan: unknown metric %d", p->metric);
+    unsigned combine;
+    rp_status cm = check_metric(set, p, &combine);
+    if (cm) return cm;
     const int n_train = rp_model_n_ctx_train(m);
     if (n_train > 0 && set->max_dec > n_train)
         return rp_fail(RP_ERR_INVALID_ARG,
@@ -449,7 +755,13 @@ rp_status rp_scan_new(const rp_model *m, const rp_scan_set *set, const rp_scan_p
     s->n_layer = rp_model_n_layer(m);
     s->n_embd = rp_model_n_embd(m);
     s->n_vocab = m->hp.n_vocab;
-    s->reuse = p->reuse && m->arch->step_ranges;
+    s->combine = combine;
+    s->need_gen = p->metric == RP_SCAN_MATH || p->metric == RP_SCAN_EQ ||
+                  (combine & ((1u << RP_SCAN_MATH) | (1u << RP_SCAN_EQ)));
+    s->need_ll = set->n_seq > 0 && (p->metric == RP_SCAN_PPL || p->metric == RP_SCAN_KLD ||
+                                    p->metric == RP_SCAN_PROBE || p->metric == RP_SCAN_MC ||
+                                    (combine & (1u << RP_SCAN_MC)));
+    s->reuse = p->reuse && m->arch->step_ranges && s->need_ll && set->n_rows > 0;
     s->h_step = -1;
     s->base_fd = -1;
     int max_rows = 1;
@@ -462,14 +774,16 @@ rp_status rp_scan_new(const rp_model *m, const rp_scan_set *set, const rp_scan_p
         }
         max_group_tok = RP_MAX(max_group_tok, t);
     }
+    max_group_tok++; /* never 0 bytes */
     s->btok = rp_malloc(max_group_tok * sizeof *s->btok, "scan batch");
     s->bpos = rp_malloc(max_group_tok * sizeof *s->bpos, "scan batch");
     s->bseq = rp_malloc(max_group_tok * sizeof *s->bseq, "scan batch");
     s->bwant = rp_malloc(max_group_tok, "scan batch");
     s->rows = rp_malloc((size_t)max_rows * sizeof *s->rows, "scan rows");
-    s->seq_lp = rp_calloc((size_t)set->n_seq, sizeof *s->seq_lp, "scan scores");
+    s->seq_lp = rp_calloc((size_t)set->n_seq + 1, sizeof *s->seq_lp, "scan scores");
+    s->gen_score = rp_calloc((size_t)set->n_gen + 1, sizeof *s->gen_score, "scan scores");
     rp_status st = RP_OK;
-    if (!s->btok || !s->bpos || !s->bseq || !s->bwant || !s->rows || !s->seq_lp) {
+    if (!s->btok || !s->bpos || !s->bseq || !s->bwant || !s->rows || !s->seq_lp || !s->gen_score) {
         st = RP_ERR_NOMEM;
         goto fail;
     }
@@ -540,9 +854,10 @@ uint64_t rp_scan_steps_run(const rp_scan *s) {
 
 static rp_status new_ctx(const rp_scan *s, const char *spec, rp_context **ctx) {
     rp_context_params cp = rp_context_default_params();
-    cp.n_ctx = (uint32_t)s->set->max_dec;
+    cp.n_ctx = (uint32_t)RP_MAX(s->set->max_dec, s->need_gen ? s->set->max_gen : 1);
     cp.n_batch = (uint32_t)(s->p.n_batch > 0 ? s->p.n_batch : 0);
-    cp.n_seq_max = (uint32_t)s->set->max_group;
+    cp.n_seq_max =
+        (uint32_t)RP_MAX(RP_MAX(s->set->max_group, 1), s->need_gen ? RP_SCAN_GEN_SEQ : 1);
     cp.n_threads = s->p.n_threads;
     cp.type_k = s->p.type_k;
     cp.type_v = s->p.type_v;
@@ -662,10 +977,86 @@ static rp_status reset_acc(rp_scan *s) {
     return rp_kld_acc_init(&s->kld, s->n_vocab);
 }
 
-static rp_status finish(rp_scan *s, rp_scan_result *r) {
+/* The log-likelihood probes: the mean value and the multiple-choice accuracy. */
+static void finish_probes(const rp_scan *s, rp_scan_result *r) {
     const rp_scan_set *set = s->set;
+    double sum = 0;
+    int right = 0;
+    for (int t = 0; t < set->n_items; t++) {
+        const rp_scan_item *it = &set->items[t];
+        const double *lp = s->seq_lp + it->first_seq;
+        if (!it->n_choices) {
+            sum += lp[0];
+            continue;
+        }
+        /* log P(answer | one of the choices), and whether it is the most likely */
+        double mx = lp[0];
+        int best = 0;
+        for (int k = 1; k < it->n_choices; k++)
+            if (lp[k] > mx) {
+                mx = lp[k];
+                best = k;
+            }
+        double z = 0;
+        for (int k = 0; k < it->n_choices; k++) z += exp(lp[k] - mx);
+        sum += lp[it->answer] - mx - log(z);
+        right += best == it->answer;
+    }
+    r->value = set->n_items ? sum / set->n_items : 0;
+    if (set->n_choice_items) r->accuracy = (double)right / set->n_choice_items;
+}
+
+/* The generation probes' mean scores (math, eq), and, for the identity, each
+ * metric's standard error over the items (at least 1/n: the z of combined). */
+static void finish_gen(rp_scan *s, rp_scan_result *r) {
+    const rp_scan_set *set = s->set;
+    double sum[2] = {0, 0}, sq[2] = {0, 0};
+    int n[2] = {0, 0};
+    for (int g = 0; g < set->n_gen; g++) {
+        const int k = set->gen[g].eq;
+        sum[k] += s->gen_score[g];
+        sq[k] += s->gen_score[g] * s->gen_score[g];
+        n[k]++;
+    }
+    r->math = n[0] ? sum[0] / n[0] : -1;
+    r->eq = n[1] ? sum[1] / n[1] : -1;
+    if (s->have_identity) return;
+    for (int k = 0; k < 2; k++) {
+        if (!n[k]) continue;
+        const double mean = sum[k] / n[k], var = fmax(0.0, sq[k] / n[k] - mean * mean);
+        const int m = k ? RP_SCAN_EQ : RP_SCAN_MATH;
+        s->id_mean[m] = mean;
+        s->id_se[m] = fmax(sqrt(var / n[k]), 1.0 / n[k]);
+    }
+}
+
+/* combined: the mean over the chosen metrics of (value - identity's) / its
+ * standard error at the identity. */
+static double combined(rp_scan *s, const rp_scan_result *r) {
+    const rp_scan_set *set = s->set;
+    if (!s->have_identity && (s->combine & (1u << RP_SCAN_MC))) {
+        const double p = r->accuracy, n = set->n_choice_items;
+        s->id_mean[RP_SCAN_MC] = p;
+        s->id_se[RP_SCAN_MC] = fmax(sqrt(p * (1 - p) / n), 1.0 / n);
+    }
+    const double v[RP_SCAN_COMBINED] = {
+        [RP_SCAN_MATH] = r->math, [RP_SCAN_EQ] = r->eq, [RP_SCAN_MC] = r->accuracy};
+    double z = 0;
+    int k = 0;
+    for (int m = RP_SCAN_MATH; m <= RP_SCAN_MC; m++)
+        if (s->combine & (1u << m)) {
+            z += (v[m] - s->id_mean[m]) / s->id_se[m];
+            k++;
+        }
+    return k ? z / k : 0;
+}
+
+static rp_status finish(rp_scan *s, rp_scan_result *r) {
     r->accuracy = -1;
     r->unc = 0;
+    r->math = r->eq = -1;
+    if (s->need_ll && s->set->n_items) finish_probes(s, r);
+    if (s->need_gen) finish_gen(s, r);
     switch (s->p.metric) {
     case RP_SCAN_PPL:
         r->value = rp_ppl_value(&s->ppl);
@@ -682,36 +1073,30 @@ static rp_status finish(rp_scan *s, rp_scan_result *r) {
             r->unc = st.kld.unc;
         }
         break;
-    case RP_SCAN_PROBE: {
-        double sum = 0;
-        int right = 0;
-        for (int t = 0; t < set->n_items; t++) {
-            const rp_scan_item *it = &set->items[t];
-            const double *lp = s->seq_lp + it->first_seq;
-            if (!it->n_choices) {
-                sum += lp[0];
-                continue;
-            }
-            /* log P(answer | one of the choices), and whether it is the most likely */
-            double mx = lp[0];
-            int best = 0;
-            for (int k = 1; k < it->n_choices; k++)
-                if (lp[k] > mx) {
-                    mx = lp[k];
-                    best = k;
-                }
-            double z = 0;
-            for (int k = 0; k < it->n_choices; k++) z += exp(lp[k] - mx);
-            sum += lp[it->answer] - mx - log(z);
-            right += best == it->answer;
-        }
-        r->value = sum / set->n_items;
-        if (set->n_choice_items) r->accuracy = (double)right / set->n_choice_items;
+    case RP_SCAN_PROBE:
+        break; /* finish_probes */
+    case RP_SCAN_MATH:
+        r->value = r->math;
         break;
-    }
+    case RP_SCAN_EQ:
+        r->value = r->eq;
+        break;
+    case RP_SCAN_MC:
+        r->value = r->accuracy;
+        break;
+    case RP_SCAN_COMBINED:
+        r->value = combined(s, r);
+        break;
     }
     r->delta = s->have_identity ? r->value - s->identity.value : 0.0;
     return RP_OK;
+}
+
+/* The generation probes on ctx, when the metric has them. */
+static rp_status run_gen(rp_scan *s, rp_context *ctx) {
+    if (!s->need_gen) return RP_OK;
+    return rp_scan_generate(s->set, ctx, s->p.n_batch, RP_SCAN_GEN_SEQ, s->gen_score, NULL,
+                            s->p.progress, s->p.progress_user);
 }
 
 rp_status rp_scan_identity(rp_scan *s, rp_scan_result *r) {
@@ -727,7 +1112,8 @@ rp_status rp_scan_identity(rp_scan *s, rp_scan_result *r) {
     s->pass_total = s->set->n_group;
     s->recording = true;
     s->have_identity = false;
-    st = run_pass(s, ctx, 0, rp_context_n_eff(ctx), true);
+    if (s->need_ll) st = run_pass(s, ctx, 0, rp_context_n_eff(ctx), true);
+    if (!st) st = run_gen(s, ctx);
     if (!st) st = finish(s, r);
     s->recording = false;
     rp_context_free(ctx);
@@ -758,8 +1144,15 @@ rp_status rp_scan_plan_eval(rp_scan *s, const rp_scan_plan *p, int fork, rp_scan
             return rp_fail(RP_ERR_INVALID_ARG, "scan: block %d,%d is not 0 <= i < j <= %d",
                            p->b[k].i, p->b[k].j, s->n_layer);
     const double t0 = rp_time_s();
+    /* the context's spec: each block's second pass at the scan's residual scale */
+    char cspec[RP_SCAN_PLAN_LEN + 24 * RP_SCAN_MAX_BLOCKS];
+    const float rs = s->p.res_scale;
+    snprintf(cspec, sizeof cspec, "%s", spec);
+    for (int k = 0, o = 0; rs > 0 && rs != 1 && k < p->n; k++)
+        o += snprintf(cspec + o, sizeof cspec - (size_t)o, "%s%d-%d@s=%g", k ? ";" : "", p->b[k].i,
+                      p->b[k].j, (double)rs);
     rp_context *ctx = NULL;
-    rp_status st = new_ctx(s, p->n ? spec : NULL, &ctx);
+    rp_status st = new_ctx(s, p->n ? cspec : NULL, &ctx);
     if (st) return rp_fail_prefix(st, "plan %s", spec);
     const int n_eff = rp_context_n_eff(ctx);
     if (fork < 0 || fork >= n_eff || n_eff > RP_SCAN_MAX_STEPS) fork = 0;
@@ -783,10 +1176,11 @@ rp_status rp_scan_plan_eval(rp_scan *s, const rp_scan_plan *p, int fork, rp_scan
             }
         }
         if (!st) st = run_pass(s, ctx, fork, n_eff, false);
-    } else {
+    } else if (s->need_ll) {
         s->pass_total = s->set->n_group;
         st = run_pass(s, ctx, 0, n_eff, true);
     }
+    if (!st) st = run_gen(s, ctx);
     if (!st) st = finish(s, r);
     rp_context_free(ctx);
     if (st) return st == RP_ERR_CANCELLED ? st : rp_fail_prefix(st, "plan %s", spec);

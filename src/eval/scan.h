@@ -33,5 +33,16 @@
 
 /* the most steps a plan of disjoint blocks has: every layer twice */
 #define RP_SCAN_MAX_STEPS (2 * RP_MAX_LAYERS)
+/* generation probes decoded together */
+#define RP_SCAN_GEN_SEQ 16
+
+#define GEN_TEXT_MAX 512 /* bytes of a probe's output kept */
+
+/* Answers every generation probe of set greedily on ctx (n_seq sequences
+ * decoded together, at most the context's; n_ctx >= set->max_gen): score[g]
+ * its score, texts (NULL, or [n_gen][GEN_TEXT_MAX]) its output (scan_gen.c).
+ * RP_ERR_CANCELLED from progress. */
+rp_status rp_scan_generate(const rp_scan_set *set, rp_context *ctx, int n_batch, int n_seq,
+                           double *score, char *texts, rp_progress_fn progress, void *user);
 
 #endif

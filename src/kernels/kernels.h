@@ -118,6 +118,30 @@ typedef struct rp_kernels {
     float (*dot_f16_f32)(int n, const uint16_t *a, const float *b);
     void (*axpy_f16)(int n, float a, const uint16_t *x, float *y);
     void (*f32_to_f16)(const float *x, uint16_t *y, int n);
+    /* gate[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + e^-x) with e^-x from
+     * the polynomial exp of llama.cpp's AVX-512 build (ggml_v_expf: 2^n times a
+     * degree-5 polynomial of the reduced argument, Arm's optimized-routines
+     * constants) for every element. ggml takes a row's n % 16 tail with the C
+     * library's expf; the rows of n_ff % 16 != 0 models (stories260K) differ
+     * from llama.cpp there, so a flat call over many rows is row-free (batch =
+     * tokens one at a time). The ref is the same arithmetic per element
+     * (AVX2 tables use it too: ggml's AVX2 build rounds its exp differently,
+     * k + k * p instead of scalef(1 + p)). */
+    void (*silu_mul)(float *gate, const float *up, int n);
+    /* llama.cpp's exact (non-flash) attention on an F32 cache, as its AVX-512
+     * build orders it (rp_attention's F32 path):
+     *   dot_f32_ggml: ggml_vec_dot_f32: 4 accumulators of 16 lanes over steps
+     *     of 64, reduced (a0 + a2) + (a1 + a3) then across lanes as GCC's
+     *     _mm512_reduce_add_ps (halves 8, 4, then pairs); the n % 64 tail
+     *     fused into the sum one by one;
+     *   exp_sum_ggml: softmax numerators of n (a multiple of 16) scores in
+     *     place, x = e^(x - max) (rp_expf_ggml512), and their sum in double,
+     *     one lane-reduced float per block of 16 (ggml_vec_soft_max_f32);
+     *   fma_f32: y[i] = fma(x[i], a, y[i]) (one lane of tinyBLAS / vec_dot
+     *     accumulating weighted V). */
+    float (*dot_f32_ggml)(int n, const float *x, const float *y);
+    double (*exp_sum_ggml)(int n, float *x, float max);
+    void (*fma_f32)(int n, float a, const float *x, float *y);
     /* quantized KV cache rows (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) to n
      * floats, n % 32 == 0: exactly the floats of the type's dequantizer */
     void (*kv_to_f32[RP_TYPE_COUNT])(const void *row, float *y, int n);
@@ -139,6 +163,11 @@ void rp_kernels_fill_ref(rp_kernels *k);
 void rp_delta_token_ref(float *S, int d, float decay, float beta, const float *q, const float *k,
                         const float *v, float scale, float *o, float *delta);
 void rp_conv_token_ref(float *x, float *h, const float *w, int k, int channels, long c0, long c1);
+/* one lane of the AVX-512 silu (see rp_kernels.silu_mul) */
+float rp_expf_ggml512(float x);
+/* GCC's _mm512_reduce_add_ps order over 16 floats */
+float rp_reduce16(const float *v);
+void rp_silu_mul_ref(float *gate, const float *up, int n);
 void rp_kernels_fill_avx2(rp_kernels *k);
 void rp_kernels_fill_avx512(rp_kernels *k);
 /* The attention and KV-cache entries (attn_*.c), filled after the above. */

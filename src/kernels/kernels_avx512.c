@@ -1733,7 +1733,85 @@ static void act_q8_K_avx512(const float *x, void *y, int64_t n) {
     }
 }
 
+/* rp_expf_ggml512, 16 lanes */
+static inline __m512 expf_ggml512(__m512 x) {
+    const __m512 r = _mm512_set1_ps(0x1.8p23f);
+    const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), r);
+    const __m512 n = _mm512_sub_ps(z, r);
+    const __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
+    const __m512 u = _mm512_mul_ps(b, b);
+    const __m512 hi =
+        _mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f));
+    const __m512 mid =
+        _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f));
+    const __m512 lo = _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f));
+    const __m512 j = _mm512_fmadd_ps(_mm512_fmadd_ps(hi, u, mid), u, lo);
+    const __m512 res = _mm512_scalef_ps(j, n);
+    const __mmask16 big = _mm512_cmp_ps_mask(_mm512_abs_ps(n), _mm512_set1_ps(192), _CMP_GT_OQ);
+    if (!big) return res;
+    const __mmask16 neg = _mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_LE_OQ);
+    const __m512 alt = _mm512_mask_blend_ps(neg, _mm512_set1_ps(INFINITY), _mm512_setzero_ps());
+    return _mm512_mask_blend_ps(big, res, alt);
+}
+
+static void silu_mul_avx512(float *gate, const float *up, int n) {
+    int i = 0;
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (; i + 16 <= n; i += 16) {
+        const __m512 x = _mm512_loadu_ps(gate + i);
+        const __m512 e = expf_ggml512(_mm512_sub_ps(_mm512_setzero_ps(), x));
+        const __m512 s = _mm512_div_ps(x, _mm512_add_ps(one, e));
+        _mm512_storeu_ps(gate + i, _mm512_mul_ps(s, _mm512_loadu_ps(up + i)));
+    }
+    if (i < n) {
+        const __mmask16 k = (__mmask16)((1u << (n - i)) - 1);
+        const __m512 x = _mm512_maskz_loadu_ps(k, gate + i);
+        const __m512 e = expf_ggml512(_mm512_sub_ps(_mm512_setzero_ps(), x));
+        const __m512 s = _mm512_div_ps(x, _mm512_add_ps(one, e));
+        _mm512_mask_storeu_ps(gate + i, k, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(k, up + i)));
+    }
+}
+
+static float dot_f32_ggml_avx512(int n, const float *x, const float *y) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    const int np = n & ~63;
+    for (int i = 0; i < np; i += 64) {
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(y + i + 16), a1);
+        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 32), _mm512_loadu_ps(y + i + 32), a2);
+        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 48), _mm512_loadu_ps(y + i + 48), a3);
+    }
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3)));
+    for (int i = np; i < n; i++) s = fmaf(x[i], y[i], s);
+    return s;
+}
+
+static double exp_sum_ggml_avx512(int n, float *x, float max) {
+    double sum = 0;
+    const __m512 m = _mm512_set1_ps(max);
+    for (int i = 0; i < n; i += 16) {
+        const __m512 v = expf_ggml512(_mm512_sub_ps(_mm512_loadu_ps(x + i), m));
+        _mm512_storeu_ps(x + i, v);
+        sum += (double)_mm512_reduce_add_ps(v);
+    }
+    return sum;
+}
+
+static void fma_f32_avx512(int n, float a, const float *x, float *y) {
+    const __m512 va = _mm512_set1_ps(a);
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i,
+                         _mm512_fmadd_ps(_mm512_loadu_ps(x + i), va, _mm512_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] = fmaf(x[i], a, y[i]);
+}
+
 void rp_kernels_fill_avx512(rp_kernels *k) {
+    k->dot_f32_ggml = dot_f32_ggml_avx512;
+    k->exp_sum_ggml = exp_sum_ggml_avx512;
+    k->fma_f32 = fma_f32_avx512;
+    k->silu_mul = silu_mul_avx512;
     k->dot_f32 = dot_f32_avx512;
     k->dot_f16_f32 = dot_f16_f32_avx512;
     k->axpy_f32 = axpy_f32_avx512;

@@ -366,7 +366,70 @@ void rp_delta_token_ref(float *S, int d, float decay, float beta, const float *q
     }
 }
 
+/* e^x as llama.cpp's AVX-512 build evaluates it (one lane of ggml_v_expf):
+ * n = round(x log2 e) by the 1.5 * 2^23 shift, b = x - n ln2 in two fused
+ * steps (ln2 split as hi + lo), p(b) = 1 + c1 b + c2 b^2 + ... + c5 b^5 as
+ * three fused pairs in b and b^2, result p * 2^n; |n| > 192 gives 0 below,
+ * +inf above (e^-inf = 0). */
+float rp_expf_ggml512(float x) {
+    const float r = 0x1.8p23f;
+    const float z = fmaf(x, 0x1.715476p+0f, r);
+    const float n = z - r;
+    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    if (fabsf(n) > 192) return n <= 0 ? 0.0f : INFINITY;
+    const float u = b * b;
+    const float j = fmaf(
+        fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+        u, fmaf(0x1.ffffecp-1f, b, 1.0f));
+    return ldexpf(j, (int)n);
+}
+
+void rp_silu_mul_ref(float *gate, const float *up, int n) {
+    for (int i = 0; i < n; i++) {
+        const float x = gate[i];
+        gate[i] = x / (1.0f + rp_expf_ggml512(0.0f - x)) * up[i];
+    }
+}
+
+float rp_reduce16(const float *v) {
+    float t[8], u[4];
+    for (int i = 0; i < 8; i++) t[i] = v[i] + v[i + 8];
+    for (int i = 0; i < 4; i++) u[i] = t[i] + t[i + 4];
+    return (u[0] + u[2]) + (u[1] + u[3]);
+}
+
+static float dot_f32_ggml_ref(int n, const float *x, const float *y) {
+    float acc[4][16] = {{0}};
+    const int np = n & ~63;
+    for (int i = 0; i < np; i += 64)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 16; l++)
+                acc[j][l] = fmaf(x[i + 16 * j + l], y[i + 16 * j + l], acc[j][l]);
+    float r[16];
+    for (int l = 0; l < 16; l++) r[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+    float s = rp_reduce16(r);
+    for (int i = np; i < n; i++) s = fmaf(x[i], y[i], s);
+    return s;
+}
+
+static double exp_sum_ggml_ref(int n, float *x, float max) {
+    double sum = 0;
+    for (int i = 0; i < n; i += 16) {
+        for (int l = 0; l < 16; l++) x[i + l] = rp_expf_ggml512(x[i + l] - max);
+        sum += (double)rp_reduce16(x + i);
+    }
+    return sum;
+}
+
+static void fma_f32_ref(int n, float a, const float *x, float *y) {
+    for (int i = 0; i < n; i++) y[i] = fmaf(x[i], a, y[i]);
+}
+
 void rp_kernels_fill_ref(rp_kernels *k) {
+    k->dot_f32_ggml = dot_f32_ggml_ref;
+    k->exp_sum_ggml = exp_sum_ggml_ref;
+    k->fma_f32 = fma_f32_ref;
+    k->silu_mul = rp_silu_mul_ref;
     k->vec_dot[RP_TYPE_F32] = vec_dot_f32_ref;
     k->vec_dot[RP_TYPE_F16] = vec_dot_f16_ref;
     k->vec_dot[RP_TYPE_BF16] = vec_dot_bf16_ref;

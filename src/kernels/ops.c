@@ -88,6 +88,19 @@ void rp_rope_cache(float *cs, const int32_t *pos, int n_tok, const rp_rope_param
     }
 }
 
+/* The rotation of a pair as llama.cpp's x86 build computes it: GCC contracts
+ * x0*cos - x1*sin and x0*sin + x1*cos into one fused multiply-add each
+ * (ggml_compute_forward_rope_flt), x1*sin and x1*cos being the products
+ * rounded first (found on SmolLM2's Qcur: every element equal to
+ * llama-eval-callback's). Plain C rounds both products (reprise builds with
+ * -std=c11, so without contraction): one ulp apart. */
+static inline float rope_lo(float x0, float x1, float co, float si) {
+    return fmaf(x0, co, -(x1 * si));
+}
+static inline float rope_hi(float x0, float x1, float co, float si) {
+    return fmaf(x0, si, x1 * co);
+}
+
 void rp_rope_apply(float *x, int n_tok, int stride, int n_head, int head_dim, int n_rot,
                    const float *cs, rp_rope_style style) {
     for (int t = 0; t < n_tok; t++) {
@@ -99,15 +112,15 @@ void rp_rope_apply(float *x, int n_tok, int stride, int n_head, int head_dim, in
                 for (int i = 0; i < half; i++) {
                     float x0 = v[i], x1 = v[i + half];
                     float co = c[2 * i], si = c[2 * i + 1];
-                    v[i] = x0 * co - x1 * si;
-                    v[i + half] = x0 * si + x1 * co;
+                    v[i] = rope_lo(x0, x1, co, si);
+                    v[i + half] = rope_hi(x0, x1, co, si);
                 }
             } else {
                 for (int i = 0; i < n_rot; i += 2) {
                     float x0 = v[i], x1 = v[i + 1];
                     float co = c[i], si = c[i + 1];
-                    v[i] = x0 * co - x1 * si;
-                    v[i + 1] = x0 * si + x1 * co;
+                    v[i] = rope_lo(x0, x1, co, si);
+                    v[i + 1] = rope_hi(x0, x1, co, si);
                 }
             }
         }
@@ -116,11 +129,10 @@ void rp_rope_apply(float *x, int n_tok, int stride, int n_head, int head_dim, in
 
 /* ---- activations --------------------------------------------------------- */
 
+/* llama.cpp's swiglu on x86 AVX-512 (rp_kernels.silu_mul); its scalar
+ * reference, x / (1 + expf(-x)), differs from it in the last bits. */
 void rp_silu_mul(float *gate, const float *up, int n) {
-    for (int i = 0; i < n; i++) {
-        float g = gate[i];
-        gate[i] = g / (1.0f + expf(-g)) * up[i];
-    }
+    rp_kern()->silu_mul(gate, up, n);
 }
 
 void rp_gelu_tanh_mul(float *gate, const float *up, int n) {
@@ -138,7 +150,11 @@ void rp_gelu_tanh_mul(float *gate, const float *up, int n) {
  * rp_gelu_tanh_mul), so no shared state needs initializing. */
 static float gelu_tanh_f32(float x) {
     const float c = 0.7978845608028654f; /* sqrt(2/pi) */
-    return 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x)));
+    /* llama.cpp's x86 build fills its table from C compiled with contraction:
+     * 1 + a*x*x is one fused multiply-add over the rounded a*x (found on
+     * Gemma 3's ffn_geglu at x = -1.999, where the two forms round to
+     * different fp16 values) */
+    return 0.5f * x * (1.0f + tanhf(c * x * fmaf(0.044715f * x, x, 1.0f)));
 }
 
 void rp_gelu_tanh_f16_mul(float *gate, const float *up, int n) {
@@ -190,7 +206,7 @@ void rp_softmax(float *x, int n) {
 
 size_t rp_attention_scratch(int n_ctx, int n_head, int n_head_kv) {
     int group = n_head / (n_head_kv > 0 ? n_head_kv : 1);
-    return (size_t)group * (size_t)(n_ctx + 16);
+    return (size_t)group * (size_t)(n_ctx + 48);
 }
 
 bool rp_kv_type_ok(int type) {
@@ -248,6 +264,57 @@ typedef struct attn_job {
     size_t per_thread;
 } attn_job;
 
+/* One query head on an F32 cache in the order of llama.cpp's exact attention
+ * (-fa off) on its AVX-512 build: kq = q.k per key (ggml_vec_dot_f32), times
+ * scale, masked; softmax by ggml_vec_soft_max_f32 over blocks of 16 cells
+ * (e^(s - max) by ggml's polynomial, the sum in double, one lane-reduced block
+ * at a time), times (float)(1 / sum); then V weighted by those probabilities
+ * as its mul_mat runs on a prompt batch (two or more tokens): tinyBLAS, one
+ * 16-lane fused accumulator per output over the cells, then
+ * _mm512_reduce_add_ps (see L below for one token). Cells
+ * are llama.cpp's, which for a sequence decoded from position 0 are the
+ * positions; masked cells add exact zeros, so only lane = position % 16 (or
+ * % 64) matters. s holds n_ctx + 48 floats; acc 16 * dv (64 * dv room). */
+static void attn_exact_head(const rp_attn_args *a, const rp_kv_view *kv, int g, const float *q,
+                            int lo, int p, float *s, float *acc, float *o) {
+    const rp_kernels *kn = rp_kern();
+    const int dk = a->head_dim_k, dv = a->head_dim_v;
+    const float *K = (const float *)kv->k + (size_t)g * (size_t)kv->cap * (size_t)dk;
+    const float *V = (const float *)kv->v + (size_t)g * (size_t)kv->cap * (size_t)dv;
+    const int base = lo & ~15, end = (p + 16) & ~15; /* blocks of 16 covering [lo, p] */
+    float mx = -INFINITY;
+    for (int j = base; j < end; j++) {
+        float d = -INFINITY;
+        if (j >= lo && j <= p) {
+            d = kn->dot_f32_ggml(dk, K + (size_t)(j % kv->cap) * (size_t)dk, q) * a->scale;
+            if (a->softcap > 0) d = a->softcap * tanhf(d / a->softcap);
+        }
+        s[j - base] = d;
+        mx = fmaxf(mx, d);
+    }
+    const float inv = (float)(1.0 / kn->exp_sum_ggml(end - base, s, mx));
+    for (int j = 0; j < end - base; j++) s[j] *= inv;
+    /* tinyBLAS's order for every batch, one token included: llama.cpp's own
+     * one-token decode takes vec_dot's 64 lanes (its batch != its tokens one
+     * at a time, in the last bits); reprise keeps batch = sequential */
+    const int L = 16;
+    memset(acc, 0, (size_t)L * (size_t)dv * sizeof(float));
+    for (int j = lo; j <= p; j++)
+        kn->fma_f32(dv, s[j - base], V + (size_t)(j % kv->cap) * (size_t)dv,
+                    acc + (size_t)(j % L) * (size_t)dv);
+    float r[16];
+    for (int d = 0; d < dv; d++) {
+        for (int l = 0; l < 16; l++) {
+            const float *x = acc + (size_t)l * (size_t)dv + d;
+            r[l] = L == 16
+                       ? x[0]
+                       : (x[0] + x[(size_t)32 * dv]) + (x[(size_t)16 * dv] + x[(size_t)48 * dv]);
+            /* (the 64-lane reduction of vec_dot, for a one-token order) */
+        }
+        o[d] = rp_reduce16(r);
+    }
+}
+
 /* q . K row (any cache type; quantized rows decoded into buf first) */
 static float key_dot(const rp_kernels *kn, int type, const void *row, const float *q, int dk,
                      float *buf) {
@@ -293,6 +360,13 @@ static void attn_task(void *arg, int ith, int nth) {
             const int h = g * group + hh;
             const float *q = a->q + (size_t)t * (size_t)a->q_stride + (size_t)h * (size_t)dk;
             float *s = sc + (size_t)hh * (size_t)(j->per_thread / (size_t)group);
+            if (kv->type_k == RP_TYPE_F32 && kv->type_v == RP_TYPE_F32 && dv <= RP_ATTN_MAXD) {
+                _Alignas(64) float acc[64 * RP_ATTN_MAXD];
+                attn_exact_head(a, kv, g, q, lo, p, s, acc,
+                                a->out + (size_t)t * (size_t)a->out_stride +
+                                    (size_t)h * (size_t)dv);
+                continue;
+            }
             for (int i = 0; i < n; i++) {
                 const int cell = (lo + i) % kv->cap;
                 float d = key_dot(kn, kv->type_k, K + (size_t)cell * rk, q, dk, buf);

@@ -137,7 +137,7 @@ EOF
 "$BIN" scan -m "$M" --probes "$T/probes.jsonl" --max-extra 1 --end 4 -t 1 -o "$T/probe.csv" > "$T/probe.out" 2> "$T/err"
 [ $? -eq 0 ] && [ "$(grep -c '^[0-9]*,[0-9]*,1,probe,' "$T/probe.csv")" = 4 ] && grep -q "^# probes: .*probes.jsonl" "$T/probe.csv" \
     && grep -q "^identity: probe -[0-9.]*, accuracy [0-9.]*%" "$T/err" && grep -q "higher = better" "$T/probe.out" \
-    && grep -q "^scan: 3 probes (2 multiple-choice) in 6 sequences" "$T/err" \
+    && grep -q "^scan: 3 probes: 2 multiple-choice, 1 free answers, 0 math, 0 EQ (6 log-likelihood sequences" "$T/err" \
     && ok scan_probe_metric || fail scan_probe_metric "$(tail -3 "$T/err") $(tail -2 "$T/probe.csv")"
 printf '{"prompt": "a", "answer": " b"}\n{"prompt": "a", "choices": [" b"], "answer": 0}\n' > "$T/bad.jsonl"
 expect_error scan_probe_bad_line "bad.jsonl:2: \"choices\" must be an array of 2 to 64" "$BIN" scan -m "$M" --probes "$T/bad.jsonl" -o "$T/bad.csv"

@@ -115,6 +115,8 @@ fi
 expect_error scan_merge_missing "shard 3/3 is missing" "$BIN" scan merge "$T/hand1.csv" "$T/hand2.csv" -o "$T/x.csv"
 expect_error scan_merge_twice "shard 1/3 is given twice" "$BIN" scan merge "$T/hand1.csv" "$T/hand1.csv" "$T/hand2.csv" -o "$T/x.csv"
 expect_error scan_merge_other_n "is shard 1/4" "$BIN" scan merge "$T/hand1.csv" "$T/par1.csv" -o "$T/x.csv"
+sed 's|^# shard: 1/3$|# shard: 2/3|' "$T/hand1.csv" > "$T/dup2.csv"
+expect_error scan_merge_same_plan "is in two of the files" "$BIN" scan merge "$T/hand1.csv" "$T/dup2.csv" "$T/hand3.csv" -o "$T/x.csv"
 expect_error scan_merge_not_shard "no 'shard: K/N' setting" "$BIN" scan merge "$T/whole.csv" -o "$T/x.csv"
 head -c 12000 "$S/text/war-and-peace.txt" > "$T/other.txt"
 "$BIN" scan -m "$M" -f "$T/other.txt" $W --shard 3/3 -o "$T/oth3.csv" > /dev/null 2>&1
@@ -126,3 +128,44 @@ expect_error scan_merge_no_output "no output" "$BIN" scan merge "$T/hand1.csv"
 expect_error scan_shard_bad "--shard '3/2': expected K/N" "$BIN" scan -m "$M" -f "$T/text.txt" --shard 3/2
 expect_error scan_shard_resume_other "written for shard '1/3'; this run has shard '2/3'" \
     "$BIN" scan -m "$M" -f "$T/text.txt" $W --shard 2/3 -o "$T/hand1.csv"
+
+# ---- generation probes and the probe metrics (the shipped probe set)
+P="$(cd "$(dirname "$0")/../.." && pwd)/probes"
+[ "$(grep -c . "$P/math.jsonl")" = 60 ] && [ "$(grep -c . "$P/mc.jsonl")" = 40 ] && ok scan_probe_set_sizes \
+    || fail scan_probe_set_sizes "$(wc -l "$P"/*.jsonl)"
+head -6 "$P/math.jsonl" > "$T/math6.jsonl"
+"$BIN" scan -m "$M" --probes "$T/math6.jsonl" --metric math -t 1 --end 2 -o "$T/math.csv" > "$T/math.out" 2> "$T/math.err"
+rc=$?
+[ $rc -eq 0 ] && [ "$(grep -c '^[0-9]*,[0-9]*,[0-9]*,math,' "$T/math.csv")" = 3 ] && grep -q '^# identity-math: ' "$T/math.csv" \
+    && grep -q "6 probes: 0 multiple-choice, 0 free answers, 6 math, 0 EQ" "$T/math.err" && ok scan_math_metric \
+    || fail scan_math_metric "exit $rc: $(tail -3 "$T/math.err")"
+"$BIN" scan -m "$M" --probes "$P/mc.jsonl" --metric mc -t 1 --end 2 -o "$T/mc.csv" > /dev/null 2> "$T/mc.err"
+"$BIN" scan -m "$M" --probes "$P/mc.jsonl" --metric probe -t 1 --end 2 -o "$T/mcp.csv" > /dev/null 2> "$T/mcp.err"
+# mc is the accuracy the probe metric reports
+python3 - "$T/mc.csv" "$T/mcp.err" <<'PY' && ok scan_mc_metric || fail scan_mc_metric "$(tail -3 "$T/mc.err")"
+import re, sys
+rows = {l.split(',')[7].strip(): float(l.split(',')[4]) for l in open(sys.argv[1]) if l[0].isdigit()}
+acc = {m.group(1).replace(',', '-'): float(m.group(2)) / 100
+       for m in re.finditer(r'block (\d+,\d+) .*accuracy ([0-9.]+)%', open(sys.argv[2]).read())}
+assert len(rows) == 3 and rows.keys() == acc.keys(), (rows, acc)
+assert all(abs(rows[k] - acc[k]) < 1e-4 for k in rows), (rows, acc)
+PY
+"$BIN" scan -m "$M" --probes "$P/mc.jsonl" --metric combined -t 1 --end 2 -o "$T/comb.csv" > /dev/null 2> "$T/err"
+python3 - "$T/comb.csv" "$T/mc.csv" <<'PY' && ok scan_combined_metric || fail scan_combined_metric "$(tail -3 "$T/err")"
+import math, sys
+def rows(p):
+    return {l.split(',')[7].strip(): float(l.split(',')[5]) for l in open(p) if l[0].isdigit()}
+comb, mc = rows(sys.argv[1]), rows(sys.argv[2])
+meta = dict(l[2:].split(': ', 1) for l in open(sys.argv[2]) if l.startswith('# ') and ': ' in l)
+p0 = float(meta['identity'])
+se = max(math.sqrt(p0 * (1 - p0) / 40), 1 / 40)
+assert comb.keys() == mc.keys() and all(abs(comb[k] - mc[k] / se) < 1e-6 for k in comb), (comb, mc, se)
+PY
+printf 'Tom saw a dog.\n1\nHe ran.\nHe sat.\nThe sky.\nA cup.\n' > "$T/hs.txt"
+"$BIN" scan -m "$M" --probes "$T/hs.txt" --metric mc -t 1 --end 1 -o "$T/hs.csv" > /dev/null 2> "$T/err" \
+    && grep -q "1 probes: 1 multiple-choice" "$T/err" && ok scan_hellaswag_file || fail scan_hellaswag_file "$(tail -2 "$T/err")"
+expect_error scan_math_needs_probes "--metric math needs --probes" "$BIN" scan -m "$M" -f "$T/text.txt" --metric math
+expect_error scan_math_no_items "needs math (an integer answer) probes" "$BIN" scan -m "$M" --probes "$P/mc.jsonl" --metric math -o "$T/x2.csv"
+expect_error scan_combine_alone "--combine goes with --metric combined" "$BIN" scan -m "$M" --probes "$P/mc.jsonl" --combine mc
+expect_error scan_combine_bad "--combine 'mc,ppl': combines math, eq and mc" "$BIN" scan -m "$M" --probes "$P/mc.jsonl" --metric combined --combine mc,ppl
+expect_error scan_combine_missing "the probe file has no math probes" "$BIN" scan -m "$M" --probes "$P/mc.jsonl" --metric combined --combine math,mc -o "$T/x3.csv"

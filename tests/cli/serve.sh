@@ -178,3 +178,8 @@ if start_server SP -np 1 -c 512 --spec --draft-p-min 0; then
         python3 "$ROOT/tests/py/serve_structured.py" spec "$PORT"
     stop_server SP
 fi
+if start_server PR -np 2 -c 256 --plan-requests 1; then
+    run_checker checker_plan_requests env MODEL_ID="stories260K.gguf" BIN="$BIN" MODEL="$M" timeout 300 \
+        python3 "$ROOT/tests/py/serve_structured.py" planreq "$PORT"
+    stop_server PR
+fi

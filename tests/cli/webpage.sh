@@ -1,7 +1,9 @@
-# The server's chat page in headless Chromium: the page lists the served
-# models (two plans over one copy of the weights), a message sent from it
-# (the page's ?q= link) is answered by a stream, and the answer read from the
-# DOM equals the greedy answer of /v1/chat/completions for the same plan.
+# The server's chat page in headless Chromium, driven over the DevTools
+# protocol (tests/py/webpage_cdp.py): the picker lists the served models (two
+# plans over one copy of the weights), a message typed and sent is answered
+# by a stream (partial texts seen in the DOM), the final answer equals the
+# greedy answer of /v1/chat/completions for that plan, and Stop ends a long
+# answer and frees the slot.
 . "$(dirname "$0")/_lib.sh"
 M="$S/models/stories260K.gguf"
 CHROME=$(command -v chromium || command -v chromium-browser || true)
@@ -16,44 +18,8 @@ for _ in $(seq 1 300); do
     sleep 0.1
 done
 [ -n "$PORT" ] || { fail webpage_server "did not start: $(tail -3 "$T/srv.err")"; exit 0; }
-dom() { # URL-QUERY: the DOM once the page settled (virtual time lets the stream finish)
-    timeout 120 "$CHROME" --headless --no-sandbox --disable-gpu --user-data-dir="$T/profile" \
-        --virtual-time-budget=30000 --dump-dom "http://127.0.0.1:$PORT/?$1" 2> /dev/null
-}
-for model in stories260K.gguf rys; do
-    dom "temperature=0&max_tokens=24&model=$model&q=Once%20upon%20a%20time" > "$T/dom.html"
-    python3 - "$T/dom.html" "$PORT" "$model" > "$T/check.txt" 2>&1 <<'PY'
-import html.parser, http.client, json, sys
-dom, port, model = open(sys.argv[1]).read(), int(sys.argv[2]), sys.argv[3]
-class P(html.parser.HTMLParser):
-    def __init__(self):
-        super().__init__(); self.stack = []; self.msgs = []; self.options = []
-    def handle_starttag(self, tag, a):
-        a = dict(a)
-        if tag == "div" and "msg" in a.get("class", ""):
-            self.msgs.append({"cls": a["class"], "chunks": int(a.get("data-chunks", 0)), "done": a.get("data-done"), "text": ""})
-            self.stack.append("msg")
-        elif tag == "span" and self.stack:
-            self.stack.append("meta")
-        elif tag == "option":
-            self.options.append(a.get("value"))
-    def handle_endtag(self, tag):
-        if tag in ("div", "span") and self.stack: self.stack.pop()
-    def handle_data(self, d):
-        if self.stack and self.stack[-1] == "msg": self.msgs[-1]["text"] += d
-p = P(); p.feed(dom)
-c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-c.request("POST", "/v1/chat/completions", json.dumps({"model": model, "temperature": 0, "max_tokens": 24,
-          "messages": [{"role": "user", "content": "Once upon a time"}]}), {"Content-Type": "application/json"})
-want = json.loads(c.getresponse().read())["choices"][0]["message"]["content"]
-a = [m for m in p.msgs if "assistant" in m["cls"]]
-print("options", p.options)
-print("answer", a)
-print("want", repr(want))
-assert p.options == ["stories260K.gguf", "rys"], p.options
-assert len(a) == 1 and a[0]["done"] == "length", a
-assert a[0]["text"] == want, (a[0]["text"], want)
-assert a[0]["chunks"] > 1, "not streamed"
-PY
-    if [ $? -eq 0 ]; then ok "webpage_streamed_answer_$model"; else fail "webpage_streamed_answer_$model" "$(tail -3 "$T/check.txt")"; fi
-done
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+timeout 600 python3 "$ROOT/tests/py/webpage_cdp.py" "$CHROME" "$PORT" "$T/profile" > "$T/cdp.log" 2>&1
+rc=$?
+cat "$T/cdp.log" | grep -E '^(ok|FAIL) '
+[ $rc -eq 0 ] || fail webpage_driver "exit $rc: $(grep -v '^ok ' "$T/cdp.log" | tail -3)"

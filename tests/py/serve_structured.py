@@ -248,4 +248,26 @@ def group_spec():
     check("spec_post_sampling_refused", s == 422 and "post_sampling_probs" in j["error"]["message"], b)
 
 
-{"main": group_main, "spec": group_spec}[GROUP]()
+def group_planreq():
+    """--plan-requests 1: a request's spec is built once, then served by name; the limit and bad specs."""
+    import subprocess
+    want = subprocess.run([os.environ["BIN"], "run", "-m", os.environ["MODEL"], "-p", "Once upon a time", "-n", "12",
+                           "--temp", "0", "-t", "1", "-c", "256", "--repeat-layers", "1,3"],
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout.decode().rstrip("\n")
+    body = {"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0, "plan": "1,3"}
+    s, j, b = post("/v1/completions", dict(body, plan="9,99"))  # refused, and it uses up nothing
+    check("plan_request_bad_spec", s == 422 and j["error"]["code"] == "invalid_plan" and "9,99" in j["error"]["message"], b)
+    s, j, b = post("/v1/completions", body)
+    check("plan_request_built", s == 200 and j["model"] == "1,3" and j["choices"][0]["text"] == want, (b, want))
+    s, j, b = post("/v1/completions", body)
+    check("plan_request_reused", s == 200 and j["choices"][0]["text"] == want, b)
+    s, j, b, _ = request("GET", "/v1/models")
+    ids = [m["id"] for m in j["data"]]
+    check("plan_request_listed", ids == [MODEL_ID, "1,3"] and j["routing"].startswith("by id"), ids)
+    s, j, b = post("/v1/completions", {"prompt": "x", "max_tokens": 2, "model": "1,3"})
+    check("plan_request_by_model_name", s == 200 and j["model"] == "1,3", b)
+    s, j, b = post("/v1/completions", dict(body, plan="2,4"))
+    check("plan_request_limit", s == 503 and j["error"]["code"] == "plan_limit", b)
+
+
+{"main": group_main, "spec": group_spec, "planreq": group_planreq}[GROUP]()

@@ -9,7 +9,8 @@
  * (prompts of at most n_ubatch tokens): every named F32 tensor of the graph,
  * written through the eval callback in the layout of reprise's
  * --dump-tensors (index.tsv + raw float32 files; "attn_norm-3" becomes name
- * attn_norm, step 3), for reprise compare --trace. */
+ * attn_norm, step 3), for reprise compare --trace. GREEDY=N in the
+ * environment: then N tokens greedily, one decode each, their ids on stdout. */
 #include "llama.h"
 
 #include <stdio.h>
@@ -115,6 +116,19 @@ int main(int argc, char **argv) {
     if (!fo) return perror(argv[3]), 1;
     for (int i = 0; i < n; i++) fwrite(llama_get_logits_ith(ctx, i), sizeof(float), (size_t)nv, fo);
     fclose(fo);
+    const int n_gen = getenv("GREEDY") ? atoi(getenv("GREEDY")) : 0;
+    const float *last = llama_get_logits_ith(ctx, n - 1);
+    for (int g = 0; g < n_gen; g++) {
+        int best = 0;
+        for (int i = 1; i < nv; i++)
+            if (last[i] > last[best]) best = i;
+        printf("%s%d", g ? " " : "", best);
+        llama_token tok = best;
+        struct llama_batch one = llama_batch_get_one(&tok, 1);
+        if (llama_decode(ctx, one)) return fprintf(stderr, "decode failed\n"), 1;
+        last = llama_get_logits_ith(ctx, -1);
+    }
+    if (n_gen) printf("\n");
     if (tr.index) fclose(tr.index);
     fprintf(stderr, "%d positions x %d logits -> %s\n", n, nv, argv[3]);
     llama_batch_free(b);

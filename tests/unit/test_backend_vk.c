@@ -330,9 +330,12 @@ void test_backend_vk_rope(void) {
         rp_be_rope(e->vk, rp_bx_at(tx.v, 0), n_tok, stride, cs[c].nh, cs[c].hd, p.n_rot,
                    rp_bx_at(tc.v, 0), cs[c].style);
         float *a = malloc(tx.bytes), *b = malloc(tx.bytes);
+        /* the CPU fuses one product of each rotation (llama.cpp's x86 build
+         * does: rp_rope_apply); the shader rounds both: 1 ulp apart at most */
         if (twin_read(e, &tx, a, b))
-            CHECK(!memcmp(a, b, tx.bytes), "rope case %zu: max |delta| %.3g (bit for bit expected)",
-                  c, test_max_abs_diff(a, b, tx.bytes / 4));
+            CHECK(test_max_abs_diff(a, b, tx.bytes / 4) <= 1e-6,
+                  "rope case %zu: max |delta| %.3g (1 ulp expected)", c,
+                  test_max_abs_diff(a, b, tx.bytes / 4));
         free(a);
         free(b);
         free(x);

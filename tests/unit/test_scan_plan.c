@@ -1,6 +1,7 @@
 /* Scan 2 (src/eval/scan_plan.c, rp_scan_plan_eval): plans of disjoint blocks
  * (parse, canonical form, fork step), shards by end layer, and plans on a
  * base evaluated with prefix reuse equal to whole plans, in a beam's order. */
+#include "eval/png_canvas.h"
 #include "eval/scan.h"
 #include "test.h"
 #include "base/util.h"
@@ -144,4 +145,37 @@ void test_scan_plans_on_base_reuse(void) {
     rp_scan_set_free(&set);
     free(tokens);
     rp_model_free(m);
+}
+
+/* The heatmap of a scan on a base: the base's cell is hatched (its colour and
+ * ink stripes), a map without a base has none of that colour. */
+void test_scan_heatmap_base(void) {
+    const rp_scan_row rows[] = {{0, 1, 2, 0, -0.5, 0, "0-1;1-3"},
+                                {3, 4, 3, 0, +0.4, 0, "1-3;3-4"},
+                                {3, 5, 4, 0, -0.2, 0, "1-3;3-5"}};
+    const rp_scan_plan base = {.n = 1, .b = {{1, 3}}};
+    rp_heatmap h = {.rows = rows,
+                    .n_rows = 3,
+                    .start = 0,
+                    .end = 5,
+                    .sign = -1,
+                    .title = "on a base",
+                    .unit = "change from the base",
+                    .n_best = 1,
+                    .base = &base};
+    int counts[2];
+    for (int with = 0; with < 2; with++) {
+        h.base = with ? &base : NULL;
+        rp_canvas cv;
+        REQUIRE(rp_heatmap_draw(&h, &cv) == RP_OK, "%s", rp_last_error());
+        int n = 0;
+        for (int k = 0; k < cv.w * cv.h; k++) {
+            const uint8_t *p = cv.px + 3 * k;
+            n += p[0] == 236 && p[1] == 226 && p[2] == 160; /* the base's colour */
+        }
+        counts[with] = n;
+        rp_canvas_free(&cv);
+    }
+    CHECK(counts[0] == 0 && counts[1] > 200, "base-coloured pixels: %d without, %d with a base",
+          counts[0], counts[1]);
 }

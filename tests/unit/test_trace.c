@@ -77,9 +77,9 @@ void test_trace_names_and_logits(void) {
     REQUIRE(rp_decode(c, &b) == RP_OK, "%s", rp_last_error());
     const int nv = rp_n_vocab(c), ne = (int)rp_model_n_embd(m), nl = (int)rp_model_n_layer(m);
     /* the order of one step, llama.cpp's names */
-    const char *order[] = {"attn_norm", "Qcur",    "Kcur",     "Vcur",     "kqv_out",
-                           "attn_out",  "ffn_inp", "ffn_norm", "ffn_gate", "ffn_up",
-                           "ffn_act",   "ffn_out", "l_out"};
+    const char *order[] = {"attn_norm",  "Qcur",    "Kcur",     "Vcur",     "kqv_out",
+                           "attn_out",   "ffn_inp", "ffn_norm", "ffn_gate", "ffn_up",
+                           "ffn_swiglu", "ffn_out", "l_out"};
     CHECK(r.n == 1 + nl * 13 + 2, "%d tensors for %d layers", r.n, nl);
     CHECK(!strcmp(r.name[0], "inp_embd") && r.step[0] == -1 && r.src[0] == -1, "inp_embd first");
     for (int l = 0; l < nl; l++)

@@ -1,0 +1,85 @@
+# The two real trained models (models/README.md, "Real models"; fetched by
+# scripts/fetch-models.sh when missing) against llama.cpp 0c1e570's goldens
+# (tests/reference/make_real_goldens.sh): logits of every position (top-64
+# per position and the whole last row), greedy 64-token text, SmolLM2's chat
+# answer, tokenizer vectors of hard strings.
+. "$(dirname "$0")/_lib.sh"
+G=tests/golden/real
+MD="${REPRISE_MODELS:-$HOME/.cache/reprise}"
+SMOL="$MD/SmolLM2-135M-Instruct.Q4_1.gguf"
+GEMMA="$MD/gemma-3-270m-q4_k_m.gguf"
+if [ ! -f "$SMOL" ] || [ ! -f "$GEMMA" ]; then
+    scripts/fetch-models.sh > "$T/fetch" 2>&1 || { fail real_models_fetch "$(tail -3 "$T/fetch")"; exit 0; }
+fi
+
+# logits: NAME MODEL N_VOCAB MAX_NMSE MIN_TOP1
+logits() {
+    local ids
+    ids=$(tr -s ' \n' ',' < "$G/$1.tokens.txt" | sed 's/^,//; s/,$//')
+    "$BIN" run -m "$2" --tokens "$ids" -ctk f32 -ctv f32 -q --dump-logits "$T/$1.f32" > /dev/null 2> "$T/err" \
+        || { fail "real_logits_$1" "$(head -c 300 "$T/err")"; return; }
+    if python3 tests/reference/real_golden.py check "$T/$1.f32" "$3" "$G/$1" "$4" "$5" > "$T/out"; then
+        ok "real_logits_$1 ($(cat "$T/out"))"
+    else
+        fail "real_logits_$1" "$(cat "$T/out") (bounds: nmse $4, top-1 $5)"
+    fi
+}
+# greedy: NAME MODEL N_VOCAB GAP: llama.cpp's 64 greedy ids are reprise's
+# greedy choices (the prompt and the continuation decoded as one batch: at
+# every position the argmax is the next id llama.cpp chose), or agree up to a
+# near tie: llama.cpp decodes its continuation one token at a time, whose
+# attention sums V in 64 lanes instead of its batch's 16 (docs/fidelity.md),
+# so its own batch and one-token logits differ in the last bits; a tie
+# closer than GAP may fall either way
+greedy() {
+    local ids
+    ids=$(cat "$G/$1.tokens.txt" "$G/$1.greedy.txt" | tr -s ' \n' ',' | sed 's/^,//; s/,$//')
+    "$BIN" run -m "$2" --tokens "$ids" -ctk f32 -ctv f32 -q --dump-logits "$T/g.f32" > /dev/null 2>&1
+    python3 - "$T/g.f32" "$3" "$G/$1.tokens.txt" "$G/$1.greedy.txt" "$4" > "$T/out" <<'PY'
+import array, sys
+nv = int(sys.argv[2])
+a = array.array("f"); a.frombytes(open(sys.argv[1], "rb").read())
+n0 = len(open(sys.argv[3]).read().split()); want = [int(t) for t in open(sys.argv[4]).read().split()]
+got = [max(range(nv), key=lambda i: a[(n0 - 1 + k) * nv + i]) for k in range(len(want))]
+same = 0
+while same < len(want) and got[same] == want[same]: same += 1
+if same == len(want):
+    print(f"{same}/{len(want)} greedy tokens as llama.cpp"); sys.exit(0)
+row = a[(n0 - 1 + same) * nv:(n0 + same) * nv]
+gap = row[got[same]] - row[want[same]]
+print(f"{same}/{len(want)} greedy tokens as llama.cpp, then a near tie: "
+      f"logit gap {gap:.3g} between its choice and reprise's")
+sys.exit(0 if gap < float(sys.argv[5]) else 1)
+PY
+    [ $? = 0 ] && ok "real_greedy_$1 ($(cat "$T/out"))" || fail "real_greedy_$1" "$(cat "$T/out")"
+}
+# SmolLM2 is exact against llama.cpp's native x86 build (docs/fidelity.md)
+logits smollm2-chat "$SMOL" 49152 1e-6 1
+logits smollm2-code "$SMOL" 49152 1e-6 1
+# Gemma 3: not yet exact (docs/fidelity.md: the post-attention norm's input
+# differs in the last bits); bounds at the measured level
+logits gemma3-prose "$GEMMA" 262144 5e-2 0.9
+logits gemma3-code "$GEMMA" 262144 5e-2 0.9
+greedy smollm2-chat "$SMOL" 49152 0.05
+greedy smollm2-code "$SMOL" 49152 0.2
+greedy gemma3-prose "$GEMMA" 262144 0.5
+
+# chat: SmolLM2 through its ChatML template answers a factual question
+out=$("$BIN" chat -m "$SMOL" -p "What is the capital of France? Answer in one short sentence." \
+    -n 24 --temp 0 -ctk f32 -ctv f32 -q < /dev/null 2> "$T/err")
+echo "$out" | grep -q "Paris" && ok real_chat_paris || fail real_chat_paris "'$(echo "$out" | head -c 200)' $(head -c 200 "$T/err")"
+
+# tokenizer: hard strings as llama-tokenize splits them (BOS as it adds it)
+tok() { # NAME MODEL
+    local n=0 bad=0 want got s
+    while IFS= read -r line && IFS= read -r want <&3; do
+        n=$((n + 1))
+        s=$(printf '%b' "$line")
+        got=$("$BIN" tokenize -m "$2" -p "$s" 2>/dev/null)
+        [ "$got" = "$want" ] || { bad=$((bad + 1)); echo "  line $n: got '$got' want '$want'" >> "$T/tokbad"; }
+    done < "$G/hard-strings.txt" 3< "$G/$1.hard.ids"
+    [ "$bad" = 0 ] && [ "$n" -gt 5 ] && ok "real_tokenize_$1 ($n strings)" \
+        || fail "real_tokenize_$1" "$bad of $n differ: $(head -c 400 "$T/tokbad" 2>/dev/null)"
+}
+tok smollm2 "$SMOL"
+tok gemma3 "$GEMMA"
