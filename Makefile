@@ -5,6 +5,7 @@
 #   make test       build release + sanitizer trees, run the whole suite in both
 #   make san        build the ASan+UBSan tree (build-san/)
 #   make fuzz       build the libFuzzer targets (clang) and run each for FUZZ_SECONDS
+#   make soak       64 clients x 1000 mixed requests against serve --parallel 4 (long)
 #   make format     clang-format every C source in place
 #   make bench      run the benchmark scripts under bench/ (long)
 #   make install    PREFIX=/usr/local DESTDIR= (scripts/packaging.mk); make uninstall
@@ -54,7 +55,7 @@ LIB      := $(BUILD)/libreprise.a
 BIN      := $(BUILD)/reprise
 TESTBIN  := $(BUILD)/test-unit
 
-.PHONY: all run test san fuzz format format-check bench setup clean unit FORCE
+.PHONY: all run test san fuzz soak format format-check bench setup clean unit FORCE
 all: $(LIB) $(BIN) $(TESTBIN)
 
 $(BUILD)/%.o: %.c
@@ -108,6 +109,9 @@ unit: all
 
 fuzz:
 	@tests/fuzz/run.sh
+
+soak: all
+	@BUILD=$(BUILD) tests/soak/soak.sh
 
 bench: all
 	@for s in bench/*.sh; do echo "== $$s"; $$s || exit 1; done

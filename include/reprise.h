@@ -204,6 +204,12 @@ typedef struct rp_model_params {
     bool vocab_only;         /* load only the tokenizer */
     rp_progress_fn progress; /* optional */
     void *progress_user;
+    /* Read the whole file into memory the process owns (anonymous pages at the
+     * mapping's address) instead of keeping it mapped: the file may then be
+     * truncated or rewritten in place (cp new.gguf model.gguf) under a running
+     * process without a SIGBUS. Costs the file's size in anonymous memory
+     * (with a mapping, the same pages are file-backed and reclaimable). */
+    bool private_copy;
 } rp_model_params;
 
 rp_model_params rp_model_default_params(void);
@@ -297,6 +303,13 @@ typedef struct rp_context_params {
      * Vulkan device (rp_device_list). On a device every plan step runs there
      * or the context is refused; there is no CPU fallback. */
     const char *device;
+    /* Memory bound: the state (KV, recurrent) and scratch the context would
+     * allocate are estimated first and refused over mem_limit bytes (0 = the
+     * memory the system has available, MemAvailable). */
+    uint64_t mem_limit;
+    /* Only the plan and its figures (rp_context_plan_report, state bytes):
+     * no state, scratch or threads are allocated; rp_decode refuses it. */
+    bool plan_only;
     /* LoRA adapters on every step (n_lora of them; the array and its paths
      * are read during rp_context_new only). An adapter converted from a PEFT
      * layer_replication checkpoint carries its own layer map: it becomes the
@@ -337,7 +350,10 @@ const char *rp_kv_type_list(void);
  *                       type without device kernels (the message names the
  *                       tensor and type), a cache type the device lacks; or
  *                       no Vulkan loader / device (the message names the
- *                       package to install) */
+ *                       package to install)
+ *   RP_ERR_NOMEM        the state and scratch estimated exceed mem_limit (or the
+ *                       available memory): the message gives both figures;
+ *                       nothing was allocated */
 rp_status rp_context_new(const rp_model *model, const rp_context_params *params, rp_context **out);
 void rp_context_free(rp_context *ctx); /* NULL is fine */
 

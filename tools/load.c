@@ -86,6 +86,10 @@ const arg_opt *model_opts_table(model_opts *o, unsigned which) {
         {MO_DEVICE,
          {"--list-devices", ARG_FLAG, &o->list_devices, NULL, "list the devices and exit"}},
         {0,
+         {"--mem-limit", ARG_U64, &o->mem_limit, "MIB",
+          "refuse a context whose state and scratch exceed MIB MiB (default: the memory "
+          "available)"}},
+        {0,
          {"--lora", ARG_STRS, &o->lora, "FILE",
           "LoRA adapter (GGUF) on every step of its layers; repeatable"}},
         {0,
@@ -94,6 +98,11 @@ const arg_opt *model_opts_table(model_opts *o, unsigned which) {
         {MO_DUMP,
          {"--dump-tensors", ARG_STR, &o->dump_tensors, "DIR",
           "write the forward's named intermediate tensors to DIR (also REPRISE_TRACE=DIR)"}},
+        {0,
+         {"--mmap", ARG_FLAG, &o->mmap, NULL,
+          "serve, run: keep the model file mapped instead of reading it into private memory "
+          "(less anonymous memory; a file truncated or rewritten meanwhile then ends the process "
+          "with SIGBUS)"}},
         {0, {"-q|--quiet", ARG_FLAG, &o->quiet, NULL, "only errors on stderr"}},
     };
     size_t k = 0;
@@ -104,9 +113,12 @@ const arg_opt *model_opts_table(model_opts *o, unsigned which) {
     return t;
 }
 
+bool g_model_private_copy;
+
 rp_model *tool_load_model(const char *cmd, const char *path, bool vocab_only) {
     rp_model_params mp = rp_model_default_params();
     mp.vocab_only = vocab_only;
+    mp.private_copy = g_model_private_copy && !vocab_only;
     progress pr;
     progress_init(&pr, "loading");
     if (!vocab_only) {
@@ -132,6 +144,8 @@ rp_context_params model_opts_context(const model_opts *o, uint32_t n_seq) {
     cp.layer_map = o->layer_map;
     cp.keep_hidden = o->keep_hidden;
     cp.device = o->device;
+    cp.mem_limit = o->mem_limit > (UINT64_MAX >> 20) ? UINT64_MAX : o->mem_limit << 20;
+    cp.plan_only = o->dump_plan; /* the plan's figures, nothing allocated */
     /* the adapters: read during rp_context_new only, so one table serves every call */
     static rp_lora_params lora[32];
     int n = 0;
@@ -259,6 +273,7 @@ bool tool_load(const char *cmd, const model_opts *o_in, uint32_t n_seq, rp_model
         tool_error(cmd, "no model given (-m FILE)");
         return false;
     }
+    if (o->mmap) g_model_private_copy = false;
     if (!plan_opts_check(cmd, o) || !(*model = tool_load_model(cmd, o->model, false))) return false;
     const int n_train = rp_model_n_ctx_train(*model);
     if (n_train > 0 && o->n_ctx > (uint32_t)n_train && g_verbosity > 0)

@@ -339,6 +339,7 @@ int cmd_run(int argc, char **argv) {
     }
     rp_model *model;
     rp_context *ctx;
+    g_model_private_copy = !o.mo.dump_plan; /* the file may change under a long run */
     if (o.use_tmpl && !tool_check_template(cmd, &o.mo, &o.to, &o.tmpl)) {
         grammar_opts_free(&o.go);
         return 2;

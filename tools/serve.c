@@ -894,6 +894,7 @@ int cmd_serve(int argc, char **argv) {
     if (!spec_opts_check(cmd, &o.so, &o.mo) || !serve_check(cmd, &o)) return 2;
     if (o.verbose) g_verbosity = 2;
     g_log_requests = o.verbose;
+    g_model_private_copy = true; /* a model file rewritten under the server cannot kill it */
 
     /* Signals are taken by sigwait in this thread only: block them before any
      * thread (thread pool, engine, HTTP) exists so every thread inherits the mask. */

@@ -153,6 +153,8 @@ typedef struct model_opts {
     int n_gpu_layers;         /* -ngl N: 0 = the CPU, >= the layer count = all; -1 = not given */
     const char *device;       /* -dev NAME: cpu, vulkan0, ... */
     bool list_devices;        /* --list-devices */
+    uint64_t mem_limit;       /* --mem-limit MIB: bound on state + scratch (0 = available memory) */
+    bool mmap;                /* --mmap: serve/run keep the file mapped (no private copy) */
     str_list lora;            /* --lora FILE */
     str_list lora_scaled;     /* --lora-scaled FILE SCALE, as pairs */
 } model_opts;
@@ -187,6 +189,10 @@ void tool_print_device(FILE *fp, const rp_context *ctx);
 /* The model of o->model with progress on a terminal; NULL after printing an
  * error. vocab_only loads the tokenizer alone. */
 rp_model *tool_load_model(const char *cmd, const char *path, bool vocab_only);
+/* serve and run set it: the model file is read into private memory at load
+ * (rp_model_params.private_copy), so truncating or rewriting it under the
+ * running process cannot kill it with SIGBUS. */
+extern bool g_model_private_copy;
 /* The context of o over model m, its plan resolved; NULL after printing an
  * error. */
 rp_context *tool_context_new(const char *cmd, const model_opts *o, const rp_model *m,

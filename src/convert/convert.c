@@ -187,6 +187,9 @@ rp_status rp_conv_rope_params(rp_conv *cv, const char *layer_type, rp_conv_rope 
             return rp_fail(RP_ERR_FORMAT, "%s/config.json: '%s' rope_theta must be a number",
                            cv->dir, where);
         if (th) out->theta = json_number_value(th);
+        if (th && !(out->theta > 0)) /* 0 would fall back to a default silently */
+            return rp_fail(RP_ERR_FORMAT, "%s/config.json: '%s' rope_theta %g must be positive",
+                           cv->dir, where, out->theta);
     }
     if (out->theta == 0) {
         static const char *const global[] = {"global_rope_theta", "rope_global_theta",
@@ -199,6 +202,9 @@ rp_status rp_conv_rope_params(rp_conv *cv, const char *layer_type, rp_conv_rope 
         if (k) {
             rp_status s = rp_conv_cfg_num(cv, k, true, 0, &out->theta);
             if (s) return s;
+            if (!(out->theta > 0))
+                return rp_fail(RP_ERR_FORMAT, "%s/config.json: %s %g must be positive", cv->dir, k,
+                               out->theta);
         }
     }
     if (out->theta < 0 || (out->theta > 0 && out->theta < 1e-3))

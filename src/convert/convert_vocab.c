@@ -823,6 +823,8 @@ static rp_status convert(tok *t, int64_t pad_to, int add_space_prefix, const cha
                        mtype);
     t->vocab = json_object_get(t->model, "vocab");
     if (!json_is_object(t->vocab)) return tj_fail(t, "model.vocab is not an object");
+    if (json_object_size(t->vocab) == 0) /* would convert to nothing but [PAD] tokens */
+        return tj_fail(t, "model.vocab is empty");
     t->added = json_object_get(t->tj, "added_tokens");
     if (t->added && !json_is_array(t->added)) return tj_fail(t, "added_tokens is not an array");
     t->spm = json_is_true(json_object_get(t->model, "byte_fallback"));

@@ -47,6 +47,56 @@ static rp_status build_plan(const rp_model *m, const rp_context_params *p, rp_pl
     return rp_plan_identity(m->hp.n_trunk, plan);
 }
 
+/* MemAvailable of /proc/meminfo in bytes; 0 if unknown. */
+static uint64_t mem_available(void) {
+    FILE *fp = fopen("/proc/meminfo", "r");
+    if (!fp) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, fp))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    fclose(fp);
+    return (uint64_t)kb * 1024;
+}
+
+/* The state and scratch c would allocate, against the limit, before any of
+ * it is allocated. Scratch: the matmul and attention buffers, and about the
+ * architecture's activations (n_ubatch rows of a few widths) and logits. */
+static rp_status check_memory(const rp_context *c) {
+    const rp_model *m = c->model;
+    const uint64_t state = rp_state_bytes(m, c->plan, c->n_seq, c->n_ctx, c->n_ubatch,
+                                          c->params.type_k, c->params.type_v);
+    uint64_t widest = (uint64_t)m->hp.n_embd;
+    int max_group = 1;
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        widest = RP_MAX(widest, (uint64_t)m->info[l].n_ff);
+        widest = RP_MAX(widest, (uint64_t)m->info[l].n_head * (uint64_t)m->info[l].head_dim_v);
+        if (m->info[l].has_kv)
+            max_group = RP_MAX(max_group, m->info[l].n_head / RP_MAX(1, m->info[l].n_head_kv));
+    }
+    const uint64_t ub = (uint64_t)c->n_ubatch;
+    const uint64_t scratch =
+        (uint64_t)rp_matmul_scratch((int64_t)widest * 2, c->n_ubatch) +
+        (uint64_t)rp_attention_scratch(c->n_ctx, max_group, 1) * (uint64_t)c->n_threads * 4 +
+        ub * (8 * (uint64_t)m->hp.n_embd + 4 * widest + (uint64_t)m->hp.n_vocab) * 4;
+    const uint64_t avail = mem_available();
+    const uint64_t limit = c->params.mem_limit ? c->params.mem_limit : avail;
+    uint64_t need;
+    if (!limit) return RP_OK; /* unknown: nothing to check against */
+    if (state != UINT64_MAX && rp_add_u64(state, scratch, &need) && need <= limit) return RP_OK;
+    const double mib = 1048576.0;
+    return rp_fail(RP_ERR_NOMEM,
+                   "context: the plan's %d steps x %d sequence(s) x %d positions need %.1f MiB of "
+                   "state (KV and recurrent) and about %.1f MiB of scratch, over the %s of %.1f "
+                   "MiB (the weights, %.1f MiB, are mapped apart); lower the context size, the "
+                   "steps or the sequences%s",
+                   c->plan->n_eff, c->n_seq, c->n_ctx,
+                   state == UINT64_MAX ? 1.8e13 : (double)state / mib, (double)scratch / mib,
+                   c->params.mem_limit ? "memory limit" : "memory available", (double)limit / mib,
+                   (double)rp_model_weight_bytes(m) / mib,
+                   c->params.mem_limit ? "" : ", or set a memory limit");
+}
+
 static int c_ubatch(const rp_context_params *p) {
     return p->n_batch ? (int)RP_MIN(p->n_batch, 8192u) : DEFAULT_N_BATCH;
 }
@@ -100,9 +150,15 @@ rp_status rp_context_new(const rp_model *m, const rp_context_params *params, rp_
     c->n_threads = p.n_threads > 0 ? p.n_threads : rp_n_physical_cores();
     if (c->n_threads > 512) c->n_threads = 512;
 
+    const bool on_host = !p.device || !*p.device || !strcmp(p.device, "cpu");
+    if (!p.plan_only && (s = check_memory(c))) goto fail;
     if ((s = rp_state_init(&c->state, m, plan, c->n_seq, c->n_ctx, c->n_ubatch, p.type_k, p.type_v,
-                           !p.device || !*p.device || !strcmp(p.device, "cpu"))))
+                           !p.plan_only && on_host)))
         goto fail;
+    if (p.plan_only) {
+        *out = c;
+        return RP_OK;
+    }
     c->cc.pool = rp_pool_new(c->n_threads);
     if (!c->cc.pool) {
         s = RP_ERR_NOMEM;
@@ -327,6 +383,8 @@ static rp_status check_finite(rp_context *c, const float *logits, int n_out, con
 
 static rp_status decode(rp_context *c, const rp_batch *b, int begin, int end, const float *x_in,
                         float *x_out) {
+    if (c->params.plan_only)
+        return rp_fail(RP_ERR_INVALID_ARG, "decode: the context holds a plan only (plan_only)");
     if (!b || b->n_tokens < 1 || (!b->token && !b->embd))
         return rp_fail(RP_ERR_INVALID_ARG, "decode: empty batch");
     if (b->token && b->embd)

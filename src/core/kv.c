@@ -11,8 +11,29 @@ static void *state_alloc(rp_state *st, size_t bytes, const char *what) {
     return p;
 }
 
+uint64_t rp_state_bytes(const rp_model *m, const rp_plan *plan, int n_seq, int n_ctx,
+                        int ring_extra, int type_k, int type_v) {
+    uint64_t total = 0;
+    for (int e = 0; e < plan->n_eff; e++) {
+        const rp_layer_info *li = &m->info[plan->src[e]];
+        uint64_t step = 0, a;
+        if (li->has_kv) {
+            int cap = n_ctx;
+            if (li->kind == RP_LAYER_ATTN_SWA && li->window > 0)
+                cap = RP_MIN(n_ctx, li->window + ring_extra - 1);
+            step = ((uint64_t)rp_kv_row_bytes(type_k, li->head_dim_k) +
+                    (uint64_t)rp_kv_row_bytes(type_v, li->head_dim_v)) *
+                   (uint64_t)li->n_head_kv * (uint64_t)cap;
+        }
+        step += (uint64_t)li->rec_floats * sizeof(float);
+        if (!rp_mul_u64(step, (uint64_t)n_seq, &a) || !rp_add_u64(total, a, &total))
+            return UINT64_MAX;
+    }
+    return total;
+}
+
 rp_status rp_state_init(rp_state *st, const rp_model *m, const rp_plan *plan, int n_seq, int n_ctx,
-                        int ring_extra, int type_k, int type_v, bool host_kv) {
+                        int ring_extra, int type_k, int type_v, bool alloc) {
     memset(st, 0, sizeof *st);
     st->n_steps = plan->n_eff;
     st->n_seq = n_seq;
@@ -40,9 +61,9 @@ rp_status rp_state_init(rp_state *st, const rp_model *m, const rp_plan *plan, in
                 (size_t)li->n_head_kv * (size_t)cap * rp_kv_row_bytes(type_k, li->head_dim_k);
             size_t per_v =
                 (size_t)li->n_head_kv * (size_t)cap * rp_kv_row_bytes(type_v, li->head_dim_v);
-            uint8_t *kb = host_kv ? state_alloc(st, per_k * (size_t)n_seq, "KV cache (K)") : NULL;
+            uint8_t *kb = alloc ? state_alloc(st, per_k * (size_t)n_seq, "KV cache (K)") : NULL;
             uint8_t *vb = kb ? state_alloc(st, per_v * (size_t)n_seq, "KV cache (V)") : NULL;
-            if (host_kv && !vb) {
+            if (alloc && !vb) {
                 rp_state_free(st);
                 return rp_fail_prefix(RP_ERR_NOMEM, "KV cache for step %d (source layer %d)", e,
                                       plan->src[e]);
@@ -59,13 +80,14 @@ rp_status rp_state_init(rp_state *st, const rp_model *m, const rp_plan *plan, in
         }
         if (li->rec_floats) {
             st->rec_floats[e] = li->rec_floats;
-            float *rb =
-                state_alloc(st, li->rec_floats * sizeof(float) * (size_t)n_seq, "recurrent state");
-            if (!rb) {
+            float *rb = alloc ? state_alloc(st, li->rec_floats * sizeof(float) * (size_t)n_seq,
+                                            "recurrent state")
+                              : NULL;
+            if (alloc && !rb) {
                 rp_state_free(st);
                 return rp_fail_prefix(RP_ERR_NOMEM, "recurrent state for step %d", e);
             }
-            for (int s = 0; s < n_seq; s++)
+            for (int s = 0; s < n_seq && rb; s++)
                 st->rec[(size_t)e * (size_t)n_seq + (size_t)s] = rb + li->rec_floats * (size_t)s;
             st->rec_bytes += (uint64_t)li->rec_floats * sizeof(float) * (uint64_t)n_seq;
         }

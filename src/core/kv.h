@@ -29,10 +29,16 @@ typedef struct rp_state {
 
 /* ring_extra: the largest number of tokens one sequence can add in a
  * micro-batch (so a sliding window of w keeps w + ring_extra - 1 cells).
- * host_kv false: the caches live on a device; the views keep their types and
- * cap but no blocks (k == v == NULL, kv_bytes counts the device's). */
+ * alloc false: no buffers, only the views' types and caps and the byte counts
+ * (k == v == NULL): a plan's report, or caches that live on a device (kv_bytes
+ * then counts the device's). */
 rp_status rp_state_init(rp_state *st, const rp_model *m, const rp_plan *plan, int n_seq, int n_ctx,
-                        int ring_extra, int type_k, int type_v, bool host_kv);
+                        int ring_extra, int type_k, int type_v, bool alloc);
+/* What rp_state_init would allocate (KV + recurrent bytes, UINT64_MAX if it
+ * overflows), allocating nothing. rp_state_init with alloc false fills the
+ * views' sizes and the byte counts without the buffers (a plan's report). */
+uint64_t rp_state_bytes(const rp_model *m, const rp_plan *plan, int n_seq, int n_ctx,
+                        int ring_extra, int type_k, int type_v);
 void rp_state_free(rp_state *st);
 /* RP_OK when a cache of these types can hold every attending layer of m
  * (RP_ERR_INVALID_ARG naming the type, or the layer and its head width). */

@@ -467,6 +467,10 @@ rp_status rp_model_load(const char *path, const rp_model_params *params, rp_mode
     rp_gguf *g;
     rp_status s = rp_gguf_open(path, &g);
     if (s) return s;
+    if (params && params->private_copy && (s = rp_gguf_detach(g))) {
+        rp_gguf_close(g);
+        return s;
+    }
     return rp_model_from_gguf(g, path, params, out);
 }
 

@@ -143,6 +143,7 @@ static bool parse_double_field(const char **p, double *out, bool finite) {
     char *end;
     errno = 0;
     double v = strtod(*p, &end);
+    if (end - *p > 40) return false; /* no number this file writes is longer ("%.10g") */
     if (end == *p || (errno == ERANGE && isfinite(v) && v != 0) || (finite && !isfinite(v)) ||
         (*end != ',' && *end != 0))
         return false;
@@ -249,6 +250,14 @@ rp_status rp_scan_csv_read(const char *path, rp_scan_csv *csv) {
                 s = rp_fail(RP_ERR_FORMAT, "%s: no '# metric:' setting before the column names",
                             path);
             header = true;
+        } else if (n && !nl) {
+            /* a last row with no newline: a write cut short (SIGKILL, a full
+             * disk); the scan computes that block again */
+            rp_log(RP_LOG_WARN, "%s:%d: the last row has no end of line (cut short): dropped", path,
+                   lineno);
+        } else if (n > 4096) {
+            s = rp_fail(RP_ERR_FORMAT, "%s:%d: a row of %zu bytes (no scan row is over 4096)", path,
+                        lineno, n);
         } else if (n) {
             s = parse_row(csv, p, path, lineno, v1);
         }
@@ -276,6 +285,20 @@ rp_status rp_scan_csv_check(const rp_scan_csv *file, const rp_scan_csv *want, co
                            "remove the file "
                            "to start over)",
                            path, want->key[k], v, want->key[k], want->val[k]);
+    }
+    /* every row's blocks inside the model */
+    const char *lv = rp_scan_csv_get(want, "layers");
+    const int n_layer = lv ? atoi(lv) : 0;
+    for (int k = 0; n_layer > 0 && k < file->n_rows; k++) {
+        const rp_scan_row *r = &file->rows[k];
+        rp_scan_plan pl;
+        int top = r->j;
+        if (!rp_scan_plan_parse(r->plan, 0, &pl))
+            for (int b = 0; b < pl.n; b++) top = RP_MAX(top, pl.b[b].j);
+        if (top > n_layer)
+            return rp_fail(RP_ERR_INVALID_ARG,
+                           "%s: the row of plan %s reaches layer %d; the model has %d layers", path,
+                           r->plan, top, n_layer);
     }
     return RP_OK;
 }

@@ -121,6 +121,7 @@ struct rp_gguf {
     uint64_t size;
     bool mapped;
     uint64_t dev, ino; /* of the file: an input rp_atomic_open will not replace */
+    bool detached;     /* rp_gguf_detach: anonymous pages, no longer the file's */
     uint32_t version;
     uint64_t n_kv, n_tensors;
     uint64_t alignment;
@@ -640,9 +641,45 @@ void rp_gguf_close(rp_gguf *g) {
     free(g);
 }
 
+rp_status rp_gguf_detach(rp_gguf *g) {
+    if (!g || !g->mapped || g->detached) return RP_OK;
+    int fd = open(g->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || (uint64_t)st.st_dev != g->dev ||
+        (uint64_t)st.st_ino != g->ino || (uint64_t)st.st_size != g->size) {
+        if (fd >= 0) close(fd);
+        return rp_fail(RP_ERR_IO, "'%s' changed while it was loaded (size or inode)", g->path);
+    }
+    /* the same addresses, now anonymous: every pointer into the file stays valid */
+    void *p = mmap((void *)g->base, (size_t)g->size, PROT_READ | PROT_WRITE,
+                   MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        close(fd);
+        return rp_fail(RP_ERR_NOMEM, "cannot hold a private copy of '%s' (%" PRIu64 " bytes)",
+                       g->path, g->size);
+    }
+    g->detached = true; /* from here on a failure leaves zeros, not the file: refused */
+    uint64_t done = 0;
+    while (done < g->size) {
+        ssize_t k = pread(fd, (uint8_t *)p + done, (size_t)(g->size - done), (off_t)done);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            close(fd);
+            return rp_fail(RP_ERR_IO,
+                           "reading '%s' into memory stopped at byte %" PRIu64 " of %" PRIu64,
+                           g->path, done, g->size);
+        }
+        done += (uint64_t)k;
+    }
+    close(fd);
+    mprotect(p, (size_t)g->size, PROT_READ);
+    return RP_OK;
+}
+
 void rp_gguf_release(const rp_gguf *g, const void *p, uint64_t n) {
-    /* only a read-only private file mapping: dropping its pages loses nothing */
-    if (!g || !g->mapped || !p || !n) return;
+    /* only a read-only private file mapping: dropping its pages loses nothing
+     * (a detached copy would lose its bytes) */
+    if (!g || !g->mapped || g->detached || !p || !n) return;
     const uintptr_t base = (uintptr_t)g->base, a = (uintptr_t)p;
     if (a < base || a - base > g->size || n > g->size - (a - base)) return;
     const long ps = sysconf(_SC_PAGESIZE);

@@ -41,6 +41,12 @@ bool rp_gguf_type_is_int(int type);
 
 /* ---- writer -------------------------------------------------------------- */
 
+/* Replaces a file's mapping by a private copy at the same addresses (read
+ * with pread: a file that shrinks meanwhile is an error, not a SIGBUS); after
+ * it the file may change on disk. RP_ERR_IO if the file changed since it was
+ * opened or could not be read whole (the reader is then unusable: close it). */
+rp_status rp_gguf_detach(rp_gguf *g);
+
 typedef struct rp_gguf_writer rp_gguf_writer;
 
 rp_gguf_writer *rp_gguf_writer_new(void);

@@ -233,3 +233,39 @@ PY
 if grep -q $'\x1b' "$T/out"; then fail inspect_escapes_names "an ESC byte reached the output"
 elif grep -qF '\x1b[2Jut_norm.weight' "$T/out"; then ok inspect_escapes_names
 else fail inspect_escapes_names "$(grep -n norm "$T/out" | head -3)"; fi
+
+# ---- memory bounds of plans ----------------------------------------------------
+MAP10K=$(python3 -c "print(','.join(['0..4'] * 2000))") # 10000 steps: 2500 MiB of KV at -c 2048
+expect_error plan_over_mem_limit "need 2500.0 MiB of state .* over the memory limit of 1024.0 MiB" "$BIN" run -m "$M" --layer-map "$MAP10K" -p hi -n 1 --mem-limit 1024
+expect_error bench_huge_prompt_bounded "1000001 positions need" "$BIN" bench -m "$M" -p 1000000 -n 0 -r 1 --mem-limit 512
+ASAN=0; nm "$BIN" 2>/dev/null | grep -q __asan_init && ASAN=1
+if [ "$ASAN" = 0 ]; then # --dump-plan allocates no state: it runs in 1 GB of address space
+    (ulimit -v 1000000; "$BIN" run -m "$M" --layer-map "$MAP10K" --dump-plan > "$T/out" 2> "$T/err")
+    rc=$?
+    if [ "$rc" -eq 0 ] && grep -q "2500.00 MiB for 1 x 2048" "$T/out"; then ok dump_plan_allocates_nothing; else fail dump_plan_allocates_nothing "rc $rc: $(head -c 300 "$T/err")"; fi
+else
+    expect_exit dump_plan_allocates_nothing 0 "$BIN" run -m "$M" --layer-map "$MAP10K" --dump-plan
+fi
+
+# ---- convert -------------------------------------------------------------------
+HF=tests/fixtures/hf/llama
+mkdir -p "$T/hf0" "$T/hf1"
+cp "$HF"/*.json "$HF"/model.safetensors "$T/hf0/"
+sed 's/"rope_theta": 10000.0/"rope_theta": 0/' "$HF/config.json" > "$T/hf0/config.json"
+expect_error convert_rope_theta_zero "rope_theta 0 must be positive" "$BIN" convert "$T/hf0" -o "$T/c0.gguf"
+cp "$HF"/*.json "$HF"/model.safetensors "$T/hf1/"
+python3 -c "import json,sys; t=json.load(open(sys.argv[1])); t['model']['vocab']={}; t['model']['merges']=[]; json.dump(t, open(sys.argv[2],'w'))" "$HF/tokenizer.json" "$T/hf1/tokenizer.json"
+expect_error convert_empty_vocab "model.vocab is empty" "$BIN" convert "$T/hf1" -o "$T/c1.gguf"
+[ -e "$T/c0.gguf" ] || [ -e "$T/c1.gguf" ] && fail convert_refusals_leave_nothing "an output was written" || ok convert_refusals_leave_nothing
+
+# ---- a model file truncated under a running server ------------------------------------
+cp "$M" "$T/live.gguf"; chmod u+w "$T/live.gguf"
+REQ='{"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0}'
+post() { curl -s -m 20 -o "$T/resp" -w '%{http_code}' -H 'Content-Type: application/json' -d "$REQ" "http://127.0.0.1:$PORT/v1/completions"; }
+M_SAVE=$M; M="$T/live.gguf"
+if start_server S1; then
+    a=$(post); : > "$T/live.gguf"; b=$(post)
+    if [ "$a" = 200 ] && [ "$b" = 200 ] && kill -0 "$PID" 2>/dev/null; then ok serve_survives_truncated_model; else fail serve_survives_truncated_model "before $a, after $b, alive: $(kill -0 "$PID" 2>/dev/null && echo yes || echo no)"; fi
+    stop_server S1
+fi
+M=$M_SAVE

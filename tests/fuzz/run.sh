@@ -22,6 +22,25 @@ mkdir -p $B/fuzz/corpus-jinja $B/fuzz/corpus-gbnf $B/fuzz/corpus-schema
 cp tests/fixtures/templates/*.jinja $B/fuzz/corpus-jinja/
 cp tests/fixtures/grammars/*.gbnf $B/fuzz/corpus-gbnf/
 cp tests/fixtures/schemas/*.json $B/fuzz/corpus-schema/
+# plans, plan files, scan CSVs, KLD base files, HF configs: seeds made here
+mkdir -p $B/fuzz/corpus-plan $B/fuzz/corpus-planfile $B/fuzz/corpus-scan_csv $B/fuzz/corpus-kld $B/fuzz/corpus-hf_config
+i=0
+for spec in '26,34' '2-4;6-7' '0..15,11..31' '0,1,2,2,3' '1,3;5,7' '3-5'; do
+    printf ' %s' "$spec" > $B/fuzz/corpus-plan/seed$i; i=$((i + 1)) # ' ': 33 layers
+done
+if [ -x build/reprise ]; then
+    m="$SHARED/models/stories260K.gguf"
+    build/reprise plan save -m "$m" --repeat-layers 1,3 --name seed -o $B/fuzz/corpus-planfile/seed.json 2>/dev/null
+    printf 'Once upon a time there was a little girl. %.0s' $(seq 40) > $B/fuzz/seed-text.txt
+    build/reprise perplexity -m "$m" -f $B/fuzz/seed-text.txt -c 64 --kl-divergence-base $B/fuzz/corpus-kld/seed.bin > /dev/null 2>&1
+    build/reprise scan -m "$m" -f $B/fuzz/seed-text.txt -c 64 --chunks 1 --max-extra 1 -o $B/fuzz/corpus-scan_csv/seed.csv > /dev/null 2>&1
+    find $B/fuzz/corpus-kld -size +512k -delete
+fi
+for d in tests/fixtures/hf/*/; do
+    [ -f "$d/config.json" ] || continue
+    { cat "$d/config.json"; [ -f "$d/tokenizer.json" ] && { printf '\0'; cat "$d/tokenizer.json"; }; } \
+        > "$B/fuzz/corpus-hf_config/$(basename "$d")"
+done
 failed=0
 for src in tests/fuzz/fuzz_*.c; do
     name=$(basename "$src" .c)

@@ -3,6 +3,7 @@
 #include "base/util.h"
 #include "format/gguf.h"
 #include "reprise.h"
+#include "reprise_tools.h"
 #include "test.h"
 
 #include <string.h>
@@ -123,5 +124,90 @@ void test_hardening_overlapping_tensors(void) {
     CHECK(rp_gguf_open_mem(d, n, &g) == RP_ERR_FORMAT, "offset 0 twice accepted");
     (void)off_x;
     free(d);
+    unlink(path);
+}
+
+/* A context's state and scratch are estimated before anything is allocated
+ * and refused over mem_limit (naming both figures); plan_only allocates no
+ * state and reports the same figures; decode refuses it. */
+void test_hardening_context_memory_bound(void) {
+    rp_model_params mp = rp_model_default_params();
+    rp_model *m;
+    REQUIRE(rp_model_load(test_shared("models/stories260K.gguf"), &mp, &m) == RP_OK, "%s",
+            rp_last_error());
+    rp_context_params cp = rp_context_default_params();
+    cp.n_ctx = 2048;
+    cp.layer_map = "0..4,0..4,0..4,0..4"; /* 20 steps: 5 MiB of KV */
+    cp.mem_limit = 4u << 20;
+    rp_context *c = NULL;
+    CHECK(rp_context_new(m, &cp, &c) == RP_ERR_NOMEM, "over the limit accepted");
+    CHECK(strstr(rp_last_error(), "5.0 MiB of state") && strstr(rp_last_error(), "4.0 MiB"),
+          "message: %s", rp_last_error());
+    cp.plan_only = true;
+    REQUIRE(rp_context_new(m, &cp, &c) == RP_OK, "%s", rp_last_error());
+    CHECK(rp_context_state_bytes(c) == 5u << 20, "state bytes %llu",
+          (unsigned long long)rp_context_state_bytes(c));
+    int32_t tok = 1;
+    rp_batch b = {.n_tokens = 1, .token = &tok};
+    CHECK(rp_decode(c, &b) == RP_ERR_INVALID_ARG, "decode on a plan-only context");
+    rp_context_free(c);
+    cp.plan_only = false;
+    cp.mem_limit = 64u << 20;
+    CHECK(rp_context_new(m, &cp, &c) == RP_OK, "%s", rp_last_error());
+    rp_context_free(c);
+    rp_model_free(m);
+}
+
+/* A scan CSV: a torn last row (what SIGKILL leaves) is dropped with a
+ * warning and the rest resumes; a row reaching past the model's layers, and a
+ * number of a million digits, are refused. */
+void test_hardening_scan_csv_rows(void) {
+    rp_scan_csv a;
+    memset(&a, 0, sizeof a);
+    REQUIRE(rp_scan_csv_set(&a, "metric", true, "ppl") == RP_OK, "set");
+    REQUIRE(rp_scan_csv_set(&a, "layers", true, "%d", 8) == RP_OK, "set");
+    rp_scan_row r1 = {3, 5, 2, 54.1, -0.1, 0.25, ""};
+    REQUIRE(rp_scan_csv_add(&a, &r1) == RP_OK, "row");
+    const char *path = test_tmp("hard-scan.csv");
+    REQUIRE(rp_scan_csv_write(path, &a) == RP_OK, "%s", rp_last_error());
+    size_t n;
+    char *text = test_read(path, &n);
+    REQUIRE(text, "read back");
+    FILE *fp = fopen(path, "ab");
+    REQUIRE(fp, "append");
+    fputs("4,6,2,ppl,54.", fp); /* torn */
+    fclose(fp);
+    rp_scan_csv b;
+    rp_log_set(catch_log, NULL);
+    g_n_warn = 0;
+    rp_status s = rp_scan_csv_read(path, &b);
+    rp_log_set(NULL, NULL);
+    CHECK(s == RP_OK, "torn row: %s", rp_last_error());
+    if (!s) {
+        CHECK(b.n_rows == 1 && g_n_warn == 1 && strstr(g_warn, "cut short"), "rows %d, warn %s",
+              b.n_rows, g_warn);
+        CHECK(rp_scan_csv_check(&b, &a, path) == RP_OK, "%s", rp_last_error());
+        rp_scan_csv_free(&b);
+    }
+    /* a row for block 7,9 of an 8-layer model */
+    fp = fopen(path, "wb");
+    fwrite(text, 1, n, fp);
+    fputs("7,9,2,ppl,54.1,-0.1,0.25,7-9\n", fp);
+    fclose(fp);
+    REQUIRE(rp_scan_csv_read(path, &b) == RP_OK, "%s", rp_last_error());
+    CHECK(rp_scan_csv_check(&b, &a, path) == RP_ERR_INVALID_ARG, "block past the layers");
+    CHECK(strstr(rp_last_error(), "reaches layer 9; the model has 8"), "message: %s",
+          rp_last_error());
+    rp_scan_csv_free(&b);
+    /* a value of a million digits */
+    fp = fopen(path, "wb");
+    fwrite(text, 1, n, fp);
+    fputs("4,6,2,ppl,1.", fp);
+    for (int k = 0; k < 1000000; k++) fputc('0', fp);
+    fputs(",-0.1,0.25,4-6\n", fp);
+    fclose(fp);
+    CHECK(rp_scan_csv_read(path, &b) == RP_ERR_FORMAT, "a million digits accepted");
+    free(text);
+    rp_scan_csv_free(&a);
     unlink(path);
 }
