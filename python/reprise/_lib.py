@@ -65,6 +65,11 @@ class ContextParams(C.Structure):
         ("repeat_layers", c_char_p),
         ("layer_map", c_char_p),
         ("keep_hidden", c_bool),
+        ("device", c_char_p),
+        ("mem_limit", C.c_uint64),
+        ("plan_only", c_bool),
+        ("lora", c_void_p),
+        ("n_lora", c_int),
     ]
 
 
@@ -201,6 +206,11 @@ class ScanSet(C.Structure):
         ("items", P(ScanItem)),
         ("n_items", c_int),
         ("n_choice_items", c_int),
+        ("gen", c_void_p),  # rp_scan_gen * (generation probes)
+        ("n_gen", c_int),
+        ("n_math", c_int),
+        ("n_eq", c_int),
+        ("max_gen", c_int),
     ]
 
 
@@ -216,7 +226,10 @@ class ScanParams(C.Structure):
         ("type_v", c_int),
         ("n_batch", c_int),
         ("reuse", c_bool),
+        ("device", c_char_p),
+        ("res_scale", C.c_float),
         ("kld_mem_max", c_size_t),
+        ("combine", C.c_uint),
         ("progress", c_void_p),
         ("progress_user", c_void_p),
     ]
@@ -229,6 +242,8 @@ class ScanResult(C.Structure):
         ("delta", c_double),
         ("accuracy", c_double),
         ("seconds", c_double),
+        ("math", c_double),  # generation probes' mean scores (-1: none)
+        ("eq", c_double),
     ]
 
 

@@ -222,7 +222,9 @@ rp_status rp_device_list(rp_device_info *devs, int cap, int *n, char *note, size
 }
 
 const char *rp_context_device(const rp_context *c) {
-    return c->be->name;
+    if (c->be) return c->be->name;
+    /* a plan-only context opens no backend: the device it was asked for */
+    return c->params.device && *c->params.device ? c->params.device : "cpu";
 }
 
 static double mib(uint64_t b) {
@@ -231,6 +233,9 @@ static double mib(uint64_t b) {
 
 int rp_context_device_report(const rp_context *c, char *buf, size_t size) {
     const rp_backend *be = c->be;
+    if (!be) /* a plan-only context: no backend opened */
+        return snprintf(buf, size, "device: %s (not opened: the plan only)\n",
+                        rp_context_device(c));
     const rp_backend_stats *st = &be->stats;
     rp_buf b = {0};
     rp_buf_printf(&b, "device: %s (%s)", be->name, be->desc);

@@ -8,7 +8,8 @@
 M="$S/models/stories260K.gguf"
 CHROME=$(command -v chromium || command -v chromium-browser || true)
 if [ -z "$CHROME" ]; then fail webpage_chromium "chromium is missing (scripts/setup.sh installs it)"; exit 0; fi
-"$BIN" serve -m "$M" --port 0 -t 1 -np 2 -c 512 --chat-template chatml --plan rys=1,3 > /dev/null 2> "$T/srv.err" &
+# -c 8192: the stop test's long answer must still be running when Stop is pressed
+"$BIN" serve -m "$M" --port 0 -t 1 -np 2 -c 8192 --chat-template chatml --plan rys=1,3 > /dev/null 2> "$T/srv.err" &
 PID=$!
 trap 'kill -TERM $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$T"' EXIT
 PORT=""
