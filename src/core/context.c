@@ -150,7 +150,7 @@ rp_status rp_context_new(const rp_model *m, const rp_context_params *params, rp_
     c->n_threads = p.n_threads > 0 ? p.n_threads : rp_n_physical_cores();
     if (c->n_threads > 512) c->n_threads = 512;
 
-    const bool on_host = !p.device || !*p.device || !strcmp(p.device, "cpu");
+    const bool on_host = rp_ctx_device_is_cpu(p.device);
     if (!p.plan_only && (s = check_memory(c))) goto fail;
     if ((s = rp_state_init(&c->state, m, plan, c->n_seq, c->n_ctx, c->n_ubatch, p.type_k, p.type_v,
                            !p.plan_only && on_host)))

@@ -95,6 +95,8 @@ rp_status rp_ctx_ring_rollback_check(const rp_context *c, int seq, int p);
 /* The backend and step caches of a new context (after its state and scratch,
  * before ctx_init), and their release (after ctx_free). */
 rp_status rp_ctx_dev_init(rp_context *c);
+/* true for the CPU's names: NULL, "" or "cpu" (rp_context_params.device) */
+bool rp_ctx_device_is_cpu(const char *device);
 void rp_ctx_dev_free(rp_context *c);
 /* The dense weights of layer L (its non-NULL rp_layer tensors) into out;
  * their count. What a device forward uploads and a device forgets. */

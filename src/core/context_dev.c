@@ -39,7 +39,7 @@ static dev_open g_dev[RP_BACKEND_MAX_DEVICES];
 static dev_model g_models[MAX_SHARED];
 static pthread_mutex_t g_share_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static bool is_cpu_name(const char *d) {
+bool rp_ctx_device_is_cpu(const char *d) {
     return !d || !*d || !strcmp(d, "cpu");
 }
 
@@ -147,7 +147,7 @@ rp_status rp_ctx_dev_init(rp_context *c) {
     const rp_model *m = c->model;
     const char *dev = c->params.device;
     rp_status s;
-    if (is_cpu_name(dev)) {
+    if (rp_ctx_device_is_cpu(dev)) {
         rp_backend_params p = {.cc = &c->cc,
                                .attn_scratch = c->attn_scratch,
                                .attn_scratch_per_thread = c->attn_scratch_per_thread};

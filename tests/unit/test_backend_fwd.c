@@ -73,28 +73,10 @@ static void bfwd_free(bfwd *f) {
 }
 
 static rp_status upload_layer(rp_backend *be, const rp_layer *L) {
-    const rp_tensor *t[] = {L->attn_norm,
-                            L->attn_norm_b,
-                            L->wq,
-                            L->wk,
-                            L->wv,
-                            L->wo,
-                            L->bq,
-                            L->bk,
-                            L->bv,
-                            L->bo,
-                            L->q_norm,
-                            L->k_norm,
-                            L->attn_post_norm,
-                            L->ffn_norm,
-                            L->ffn_norm_b,
-                            L->ffn_gate,
-                            L->ffn_up,
-                            L->ffn_down,
-                            L->ffn_post_norm};
+    const rp_tensor *t[RP_CTX_LAYER_WEIGHTS_MAX]; /* the library's own list */
+    const int n = rp_ctx_layer_weights(L, t);
     rp_status s = RP_OK;
-    for (size_t i = 0; i < RP_ARRAY_LEN(t) && !s; i++)
-        if (t[i]) s = rp_be_upload(be, t[i]);
+    for (int i = 0; i < n && !s; i++) s = rp_be_upload(be, t[i]);
     return s;
 }
 
