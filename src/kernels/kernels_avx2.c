@@ -372,7 +372,7 @@ static void vec_dot_q6_K_avx2(int n, float *s, const void *w, const void *x) {
     const block_q6_K *a = w;
     const block_q8_K *b = x;
     __m256 acc = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3), m32 = _mm256_set1_epi8(32);
+    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
     for (int i = 0; i < n / QK_K; i++) {
         const float d = b[i].d * f16(a[i].d);
         __m256i sumi = _mm256_setzero_si256();
@@ -395,15 +395,18 @@ static void vec_dot_q6_K_avx2(int n, float *s, const void *w, const void *x) {
             for (int k = 0; k < 4; k++) {
                 const int g = 8 * h + 2 * k;
                 __m256i xv = _mm256_loadu_si256((const __m256i *)(b[i].qs + 128 * h + 32 * k));
-                /* (q - 32) * x = q*x - 32*x, both as unsigned-by-signed products */
-                __m256i p16 =
-                    _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], xv), _mm256_maddubs_epi16(m32, xv));
+                __m256i p16 = _mm256_maddubs_epi16(q[k], xv);
                 const short s0 = a[i].scales[g], s1 = a[i].scales[g + 1];
                 __m256i scv = _mm256_setr_epi16(s0, s0, s0, s0, s0, s0, s0, s0, s1, s1, s1, s1, s1,
                                                 s1, s1, s1);
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, scv));
             }
         }
+        /* the offset 32 per lane from the 16-group sums (see the ref) */
+        const __m256i off =
+            _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)b[i].bsums),
+                              _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a[i].scales)));
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(off, 5));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
     *s = hsum256(acc);

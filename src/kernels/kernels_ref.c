@@ -263,6 +263,31 @@ static void vec_dot_q4_K_ref(int n, float *s, const void *w, const void *x) {
     *s = acc - accm;
 }
 
+/* Q4_K in llama.cpp's repacked 4-row gemm order (rp_kernels.vec_dot_batch):
+ * the same sums per 64 elements (groups 2c, 2c+1) instead of per super-block. */
+static void vec_dot_q4_K_batch_ref(int n, float *s, const void *w, const void *x) {
+    const block_q4_K *a = w;
+    const block_q8_K *b = x;
+    float acc = 0, accm = 0;
+    for (int i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], mn[8];
+        for (int j = 0; j < 8; j++) rp_k4_scale_min(j, a[i].scales, &sc[j], &mn[j]);
+        for (int c = 0; c < 4; c++) {
+            int32_t sum = 0, msum = 0;
+            for (int j = 2 * c; j < 2 * c + 2; j++)
+                msum += mn[j] * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
+            for (int e = 64 * c; e < 64 * c + 64; e++) {
+                const int l = e % 32;
+                const int q = e % 64 < 32 ? a[i].qs[32 * c + l] & 0xF : a[i].qs[32 * c + l] >> 4;
+                sum += sc[e / 32] * q * b[i].qs[e];
+            }
+            acc = fmaf((float)sum, rp_fp16_to_fp32(a[i].d) * b[i].d, acc);
+            accm = fmaf((float)msum, rp_fp16_to_fp32(a[i].dmin) * b[i].d, accm);
+        }
+    }
+    *s = acc - accm;
+}
+
 /* Q5_K: the min term is one exact integer per super-block, accumulated as
  * summs = fma(-y.d*dmin, (float)total, summs) and added after the reduction. */
 static void vec_dot_q5_K_ref(int n, float *s, const void *w, const void *x) {
@@ -289,6 +314,10 @@ static void vec_dot_q5_K_ref(int n, float *s, const void *w, const void *x) {
     *s = rp_hsum8_ref(acc) + summs;
 }
 
+/* Q6_K (lanes): the unsigned 6-bit values q in the lanes of their elements;
+ * the offset -32 comes from the activation's 16-group sums, lane L taking
+ * that of groups 2L and 2L+1: lane[L] -= 32 * (sc[2L] * bsums[2L] +
+ * sc[2L+1] * bsums[2L+1]) (llama.cpp's AVX2 ggml_vec_dot_q6_K_q8_K). */
 static void vec_dot_q6_K_ref(int n, float *s, const void *w, const void *x) {
     const block_q6_K *a = w;
     const block_q8_K *b = x;
@@ -299,13 +328,37 @@ static void vec_dot_q6_K_ref(int n, float *s, const void *w, const void *x) {
         for (int e = 0; e < QK_K; e++) {
             const int h = e / 128, k = (e % 128) / 32, l = e % 32;
             const uint8_t lo = a[i].ql[64 * h + l + 32 * (k & 1)];
-            const int q =
-                ((k < 2 ? lo & 0xF : lo >> 4) | ((a[i].qh[32 * h + l] >> (2 * k)) & 3) << 4) - 32;
+            const int q = (k < 2 ? lo & 0xF : lo >> 4) | ((a[i].qh[32 * h + l] >> (2 * k)) & 3)
+                                                             << 4;
             lane[l / 4] += a[i].scales[e / 16] * q * b[i].qs[e];
         }
+        for (int L = 0; L < 8; L++)
+            lane[L] -= 32 * (a[i].scales[2 * L] * b[i].bsums[2 * L] +
+                             a[i].scales[2 * L + 1] * b[i].bsums[2 * L + 1]);
         lanes_fma(acc, d, lane);
     }
     *s = rp_hsum8_ref(acc);
+}
+
+/* Q6_K in llama.cpp's tiled K-quant matmul order (rp_kernels.vec_dot_batch):
+ * per super-block the exact sum S of scale * (q - 32) * x, then
+ * acc = fma((float)S * dw, dx, acc). */
+static void vec_dot_q6_K_batch_ref(int n, float *s, const void *w, const void *x) {
+    const block_q6_K *a = w;
+    const block_q8_K *b = x;
+    float acc = 0;
+    for (int i = 0; i < n / QK_K; i++) {
+        int32_t sum = 0;
+        for (int e = 0; e < QK_K; e++) {
+            const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+            const uint8_t lo = a[i].ql[64 * h + l + 32 * (k & 1)];
+            const int q =
+                ((k < 2 ? lo & 0xF : lo >> 4) | ((a[i].qh[32 * h + l] >> (2 * k)) & 3) << 4) - 32;
+            sum += a[i].scales[e / 16] * q * b[i].qs[e];
+        }
+        acc = fmaf((float)sum * rp_fp16_to_fp32(a[i].d), b[i].d, acc);
+    }
+    *s = acc;
 }
 
 static void vec_dot_iq4_xs_ref(int n, float *s, const void *w, const void *x) {
@@ -443,6 +496,8 @@ void rp_kernels_fill_ref(rp_kernels *k) {
     k->vec_dot[RP_TYPE_Q4_K] = vec_dot_q4_K_ref;
     k->vec_dot[RP_TYPE_Q5_K] = vec_dot_q5_K_ref;
     k->vec_dot[RP_TYPE_Q6_K] = vec_dot_q6_K_ref;
+    k->vec_dot_batch[RP_TYPE_Q4_K] = vec_dot_q4_K_batch_ref;
+    k->vec_dot_batch[RP_TYPE_Q6_K] = vec_dot_q6_K_batch_ref;
     k->vec_dot[RP_TYPE_IQ4_NL] = vec_dot_iq4_nl_ref;
     k->vec_dot[RP_TYPE_IQ4_XS] = vec_dot_iq4_xs_ref;
     k->act_quant[RP_TYPE_Q8_0] = rp_act_q8_0;
