@@ -330,17 +330,9 @@ static enum MHD_Result dispatch(srv_req *r) {
         if (!r->body.len)
             return srv_reply_error(r, 400, "invalid_request_error", "invalid_json",
                                    "the request body is empty");
-        json_error_t jerr;
-        body = json_loadb(r->body.data, r->body.len, JSON_REJECT_DUPLICATES, &jerr);
-        if (!body)
-            return srv_reply_error(r, 400, "invalid_request_error", "invalid_json",
-                                   "malformed JSON at line %d, column %d: %s", jerr.line,
-                                   jerr.column, jerr.text);
-        if (!json_is_object(body)) {
-            json_decref(body);
-            return srv_reply_error(r, 400, "invalid_request_error", "invalid_json",
-                                   "the request body must be a JSON object");
-        }
+        char why[256];
+        if (!(body = api_body_json(r->body.data, r->body.len, why, sizeof why)))
+            return srv_reply_error(r, 400, "invalid_request_error", "invalid_json", "%s", why);
     }
     enum MHD_Result ret = rt->fn(r, body);
     json_decref(body);

@@ -105,6 +105,20 @@ if check == "framing":
         r, dt = exchange(data)
         if status(r).startswith("HTTP/1.1 400") and dt < 1.0: ok(name)
         else: fail(name, "%r after %.2f s" % (status(r), dt))
+    # an empty line before the request line, its \r and \n in two packets (tests/fuzz/fuzz_http_head.c)
+    s = socket.create_connection(("127.0.0.1", port)); s.settimeout(5)
+    r = b""
+    try:
+        s.sendall(b"\r"); time.sleep(0.3); s.sendall(b"\n" + HEALTH)
+        while True:
+            k = s.recv(4096)
+            if not k: break
+            r += k
+    except Exception:
+        pass
+    s.close()
+    if status(r).startswith("HTTP/1.1 200"): ok("http_split_empty_line_accepted")
+    else: fail("http_split_empty_line_accepted", repr(status(r)))
     r, dt = exchange(b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % (len(BODY), len(BODY)) + BODY)
     if status(r).startswith("HTTP/1.1 200"): ok("http_equal_content_lengths_accepted")
     else: fail("http_equal_content_lengths_accepted", status(r))
