@@ -271,6 +271,29 @@ cp "$HF"/*.json "$HF"/model.safetensors "$T/hf1/"
 python3 -c "import json,sys; t=json.load(open(sys.argv[1])); t['model']['vocab']={}; t['model']['merges']=[]; json.dump(t, open(sys.argv[2],'w'))" "$HF/tokenizer.json" "$T/hf1/tokenizer.json"
 expect_error convert_empty_vocab "model.vocab is empty" "$BIN" convert "$T/hf1" -o "$T/c1.gguf"
 [ -e "$T/c0.gguf" ] || [ -e "$T/c1.gguf" ] && fail convert_refusals_leave_nothing "an output was written" || ok convert_refusals_leave_nothing
+# tj.py IN OUT PYTHON: OUT is tokenizer.json IN with t changed by PYTHON
+tj() { python3 -c "import json,sys; t=json.load(open(sys.argv[1])); $3; json.dump(t, open(sys.argv[2],'w'))" "$1" "$2"; }
+convert_warns() { # NAME FIXTURE PYTHON PATTERN: converts, rc 0, stderr matches PATTERN
+    local d="$T/hf-$1"
+    mkdir -p "$d"; cp tests/fixtures/hf/"$2"/* "$d/" 2>/dev/null
+    tj "tests/fixtures/hf/$2/tokenizer.json" "$d/tokenizer.json" "$3"
+    "$BIN" convert "$d" -o "$T/$1.gguf" > /dev/null 2> "$T/err"
+    local rc=$?
+    if [ "$rc" -eq 0 ] && grep -q -- "$4" "$T/err"; then ok "$1"; else fail "$1" "rc $rc: $(head -c 300 "$T/err")"; fi
+}
+convert_warns convert_unknown_normalizer_warns llama "t['normalizer']['normalizers'].append({'type': 'NFKC'})" \
+    "normalizer\[2\] 'NFKC' is not applied"
+convert_warns convert_unknown_normalizer_top_warns qwen2 "t['normalizer'] = {'type': 'Strip', 'strip_left': True, 'strip_right': True}" \
+    "normalizer 'Strip' is not applied"
+convert_warns convert_spm_pre_tokenizer_warns llama "t['pre_tokenizer'] = {'type': 'Digits', 'individual_digits': True}" \
+    "pre_tokenizer 'Digits' is not applied to a SentencePiece-style"
+"$BIN" convert tests/fixtures/hf/qwen2 -o "$T/q.gguf" > /dev/null 2> "$T/err"
+if [ $? -eq 0 ] && ! grep -qi "warn" "$T/err"; then ok convert_known_normalizers_quiet; else fail convert_known_normalizers_quiet "$(head -c 300 "$T/err")"; fi
+mkdir -p "$T/hf-re"; cp tests/fixtures/hf/qwen2/* "$T/hf-re/"
+tj tests/fixtures/hf/qwen2/tokenizer.json "$T/hf-re/tokenizer.json" "t['pre_tokenizer']['pretokenizers'][0]['pattern']['Regex'] = '(['"
+expect_error convert_bad_split_regex "pre-tokenizer (1 Split regex(es) starting '(\['" "$BIN" convert "$T/hf-re" -o "$T/re.gguf"
+tj tests/fixtures/hf/qwen2/tokenizer.json "$T/hf-re/tokenizer.json" "t['pre_tokenizer'] = {'type': 'Sequence', 'pretokenizers': [{'type': 'Punctuation'}, {'type': 'ByteLevel', 'use_regex': False}]}"
+expect_error convert_unknown_pre_tokenizer "pre-tokenizer (a Punctuation step)" "$BIN" convert "$T/hf-re" -o "$T/re.gguf"
 
 # ---- a model file truncated under a running server ------------------------------------
 cp "$M" "$T/live.gguf"; chmod u+w "$T/live.gguf"
