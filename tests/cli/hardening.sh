@@ -32,6 +32,24 @@ expect_error output_fifo_refused "FIFO" "$BIN" quantize "$M" "$T/out.fifo" Q8_0
 expect_exit output_dev_null 0 "$BIN" quantize "$M" /dev/null Q8_0
 [ -c /dev/null ] && ok output_dev_null_kept || fail output_dev_null_kept "/dev/null is no longer a device"
 
+# the tools' own writers (run --dump-logits, --dump-tensors) follow the same rules
+cp "$M" "$T/self.gguf"; chmod u+w "$T/self.gguf"
+expect_error dump_logits_in_is_out "input of this command" "$BIN" run -m "$T/self.gguf" -p hi --dump-logits "$T/self.gguf"
+cmp -s "$M" "$T/self.gguf" && ok dump_logits_in_is_out_untouched || fail dump_logits_in_is_out_untouched "the model changed"
+expect_error dump_logits_fifo_refused "FIFO" timeout 20 "$BIN" run -m "$M" -p hi --dump-logits "$T/out.fifo"
+echo old > "$T/ro.f32"; chmod 0444 "$T/ro.f32"
+expect_error dump_logits_read_only_refused "read-only" "$BIN" run -m "$M" -p hi --dump-logits "$T/ro.f32"
+echo old > "$T/lt.f32"; chmod 0640 "$T/lt.f32"; ln -s lt.f32 "$T/ll.f32"
+"$BIN" run -m "$M" -p hi --dump-logits "$T/ll.f32" > /dev/null 2> "$T/err"
+if [ -L "$T/ll.f32" ] && [ "$(stat -c %s "$T/lt.f32")" -gt 100 ] && [ "$(stat -c %a "$T/lt.f32")" = 640 ]; then
+    ok dump_logits_symlink_target_written
+else
+    fail dump_logits_symlink_target_written "link kept: $([ -L "$T/ll.f32" ] && echo yes || echo no), size $(stat -c %s "$T/lt.f32"), mode $(stat -c %a "$T/lt.f32"): $(head -c 200 "$T/err")"
+fi
+ls "$T" | grep -q '\.tmp' && fail dump_logits_no_temp "$(ls "$T" | grep '\.tmp')" || ok dump_logits_no_temp
+mkdir -p "$T/tr"; mkfifo "$T/tr/index.tsv"
+expect_error dump_tensors_index_fifo_refused "FIFO" timeout 20 "$BIN" run -m "$M" -p hi -n 1 --dump-tensors "$T/tr"
+
 # SIGINT / SIGTERM / SIGHUP during a write leave no temporary file
 for sig in INT TERM HUP; do
     rm -f "$T"/sig.gguf*
