@@ -279,6 +279,22 @@ else
     expect_exit dump_plan_allocates_nothing 0 "$BIN" run -m "$M" --layer-map "$MAP10K" --dump-plan
 fi
 
+# serve adds up the memory of every context it creates (the model's and each
+# --plan's, --parallel slots each): 8.8 + 12.9 + 16.8 MiB, each under 20 MiB alone
+SPLANS=(--parallel 4 -c 2048 --plan 'r1=map:0..4,1..4' --plan 'r2=map:0..4,1..4,1..4')
+expect_error serve_plans_sum_over_mem_limit "need 38.5 MiB of state and scratch in all (the largest alone 16.8 MiB), over the memory limit of 20.0 MiB" \
+    timeout 20 "$BIN" serve -m "$M" --port 0 -t 1 "${SPLANS[@]}" --mem-limit 20
+if start_server P1 "${SPLANS[@]}" --mem-limit 40; then ok serve_plans_sum_under_mem_limit; stop_server P1; fi
+if start_server P2 --parallel 4 -c 2048 --plan-requests 1 --mem-limit 20; then
+    code=$(curl -s -m 20 -o "$T/resp" -w '%{http_code}' -d '{"prompt": "hi", "max_tokens": 1, "plan": "map:0..4,1..4,1..4"}' "http://127.0.0.1:$PORT/v1/completions")
+    if [ "$code" = 503 ] && grep -q "needs 16.8 MiB of state and scratch, 25.6 MiB in all with the 1 context served, over the memory limit of 20.0 MiB" "$T/resp"; then
+        ok serve_request_plan_sum_over_mem_limit
+    else
+        fail serve_request_plan_sum_over_mem_limit "$code: $(head -c 300 "$T/resp")"
+    fi
+    stop_server P2
+fi
+
 # ---- convert -------------------------------------------------------------------
 HF=tests/fixtures/hf/llama
 mkdir -p "$T/hf0" "$T/hf1"
