@@ -394,6 +394,13 @@ int rp_context_plan_report(const rp_context *ctx, char *buf, size_t size);
 /* State accounting. */
 /* Bytes of KV cache and recurrent state allocated by this context. */
 uint64_t rp_context_state_bytes(const rp_context *ctx);
+/* What rp_context_new checks against its memory bound, for any context
+ * (plan_only ones too, which allocate none of it): the state and the scratch
+ * it needs (state UINT64_MAX: past 64 bits) and the bound (mem_limit, else
+ * MemAvailable now; 0 = unknown). A process with several contexts (serve's
+ * plans) adds them up. Any pointer may be NULL. */
+void rp_context_mem_need(const rp_context *ctx, uint64_t *state, uint64_t *scratch,
+                         uint64_t *limit);
 typedef struct rp_state_info {
     uint64_t kv_bytes;  /* attention caches, all sequences */
     uint64_t rec_bytes; /* recurrent (conv / SSM) state, all sequences */

@@ -57,6 +57,17 @@ void rp_output_allow_inputs(bool allow);
 /* Unlinks the temporary files of the writes in progress. Async-signal-safe:
  * for a SIGINT / SIGTERM / SIGHUP handler, which then ends the process. */
 void rp_atomic_remove_temps(void);
+/* A file written under those rules, for tools' own outputs (run
+ * --dump-logits, --dump-tensors): rp_output_open refuses what the rules
+ * refuse (RP_ERR_IO naming the file and why) and opens the temporary file;
+ * rp_output_commit renames it over the target and frees o (RP_ERR_IO if a
+ * write or the rename failed: the target is then untouched);
+ * rp_output_abort removes it and frees o. */
+typedef struct rp_output rp_output;
+rp_status rp_output_open(const char *path, rp_output **out);
+rp_status rp_output_write(rp_output *o, const void *p, size_t n);
+rp_status rp_output_commit(rp_output *o);
+void rp_output_abort(rp_output *o);
 
 /* ==== GGUF files ==========================================================
  * A GGUF v2/v3 reader. The file is untrusted: every count, length, offset and

@@ -57,25 +57,20 @@ static void put_piece(const rp_vocab *vocab, int32_t tok) {
     fwrite(piece, 1, (size_t)(n < (int)sizeof piece ? n : (int)sizeof piece - 1), stdout);
 }
 
-static bool write_logits(const char *cmd, const char *path, rp_context *ctx, int n_tok) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *fp = fopen(tmp, "wb");
-    if (!fp) {
-        tool_error(cmd, "cannot create '%s': %s", tmp, strerror(errno));
-        return false;
-    }
-    int nv = rp_n_vocab(ctx);
-    bool ok = true;
-    for (int i = 0; i < n_tok && ok; i++)
-        ok = fwrite(rp_get_logits(ctx, i), sizeof(float), (size_t)nv, fp) == (size_t)nv;
-    ok = (fclose(fp) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        remove(tmp);
-        tool_error(cmd, "cannot write '%s'", path);
-        return false;
-    }
-    return true;
+/* --dump-logits: through the library's writer (a temporary file renamed on
+ * success; a link's target written, its mode kept; a FIFO, a read-only file
+ * or the model itself refused), opened before the prompt is decoded. */
+static bool write_logits(const char *cmd, rp_output *out, rp_context *ctx, int n_tok) {
+    const size_t nv = (size_t)rp_n_vocab(ctx);
+    rp_status s = RP_OK;
+    for (int i = 0; i < n_tok && !s; i++)
+        s = rp_output_write(out, rp_get_logits(ctx, i), nv * sizeof(float));
+    if (s)
+        rp_output_abort(out);
+    else
+        s = rp_output_commit(out);
+    if (s) tool_error(cmd, "--dump-logits: %s", rp_last_error());
+    return !s;
 }
 
 /* Generation with speculative decoding: the same stop rules, output and
@@ -140,17 +135,31 @@ static int run_plain(const char *cmd, rp_context *ctx, run_opts *o, const int32_
     const uint32_t n_ctx = rp_context_n_ctx(ctx);
     const int nv = rp_n_vocab(ctx);
     run_stats st = {.n_prompt = n_tok, .stop = "end of text"};
+    rp_output *dump = NULL;
+    if (o->dump) {
+        tool_remove_temps_on_signals();
+        if (rp_output_open(o->dump, &dump)) {
+            tool_error(cmd, "--dump-logits: %s", rp_last_error());
+            return 1;
+        }
+    }
     int8_t *want = calloc(n_tok, 1);
-    if (!want) return 1;
+    if (!want) {
+        rp_output_abort(dump);
+        return 1;
+    }
     for (size_t i = 0; i < n_tok; i++) want[i] = o->dump ? 1 : (i == n_tok - 1);
     double t0 = now_s();
     rp_batch b = {.n_tokens = (int32_t)n_tok, .token = toks, .logits = want};
     rp_status s = rp_decode(ctx, &b);
     free(want);
-    if (s) return tool_fail(cmd, s);
+    if (s) {
+        rp_output_abort(dump);
+        return tool_fail(cmd, s);
+    }
     st.t_prompt = now_s() - t0;
-    if (o->dump) {
-        if (!write_logits(cmd, o->dump, ctx, (int)n_tok)) return 1;
+    if (dump) {
+        if (!write_logits(cmd, dump, ctx, (int)n_tok)) return 1;
         if (g_verbosity > 0) fprintf(stderr, "wrote %zu x %d logits to %s\n", n_tok, nv, o->dump);
         return 0;
     }

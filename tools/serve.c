@@ -330,17 +330,9 @@ static enum MHD_Result dispatch(srv_req *r) {
         if (!r->body.len)
             return srv_reply_error(r, 400, "invalid_request_error", "invalid_json",
                                    "the request body is empty");
-        json_error_t jerr;
-        body = json_loadb(r->body.data, r->body.len, JSON_REJECT_DUPLICATES, &jerr);
-        if (!body)
-            return srv_reply_error(r, 400, "invalid_request_error", "invalid_json",
-                                   "malformed JSON at line %d, column %d: %s", jerr.line,
-                                   jerr.column, jerr.text);
-        if (!json_is_object(body)) {
-            json_decref(body);
-            return srv_reply_error(r, 400, "invalid_request_error", "invalid_json",
-                                   "the request body must be a JSON object");
-        }
+        char why[256];
+        if (!(body = api_body_json(r->body.data, r->body.len, why, sizeof why)))
+            return srv_reply_error(r, 400, "invalid_request_error", "invalid_json", "%s", why);
     }
     enum MHD_Result ret = rt->fn(r, body);
     json_decref(body);
@@ -707,9 +699,11 @@ static bool serve_check(const char *cmd, const serve_opts *o) {
     return false;
 }
 
-/* One more entry: the context of a --plan over the model, on entry 0's threads. */
+/* One more entry: a --plan over the model, parsed and checked, its context
+ * plan-only (nothing allocated) until plans_realize; *cp what it is built with. */
 static bool add_plan_entry(const char *cmd, const serve_opts *o, const rp_model *model,
-                           srv_entry *entries, int n_entries, entry_store *store, const char *arg) {
+                           srv_entry *entries, int n_entries, entry_store *store, const char *arg,
+                           rp_context_params *cp) {
     srv_entry *en = &entries[n_entries];
     const char *rep, *map;
     if (!parse_plan_arg(cmd, arg, &o->mo, model, store, en, &rep, &map)) return false;
@@ -719,14 +713,56 @@ static bool add_plan_entry(const char *cmd, const serve_opts *o, const rp_model 
                        j == 0 ? " (the model itself: -a NAME renames it)" : "");
             return false;
         }
-    rp_context_params cp = model_opts_context(&o->mo, (uint32_t)o->n_parallel);
-    if (!model_opts_device(cmd, &o->mo, model, &cp.device)) return false;
-    cp.repeat_layers = rep;
-    cp.layer_map = map;
-    rp_status s = rp_context_new(model, &cp, &en->ctx);
+    *cp = model_opts_context(&o->mo, (uint32_t)o->n_parallel);
+    if (!model_opts_device(cmd, &o->mo, model, &cp->device)) return false;
+    cp->repeat_layers = rep;
+    cp->layer_map = map;
+    rp_context_params po = *cp;
+    po.plan_only = true;
+    rp_status s = rp_context_new(model, &po, &en->ctx);
+    if (s) return tool_error(cmd, "--plan %s: %s", arg, rp_last_error()), false;
+    return true;
+}
+
+/* The memory of every context serve creates (the model's and each --plan's,
+ * --parallel slots each) added up against the bound before any plan's state
+ * is allocated: each may fit alone and all together not. */
+static bool plans_fit(const char *cmd, const serve_opts *o, const srv_entry *entries,
+                      int n_entries) {
+    uint64_t total = 0, limit = 0, biggest = 0;
+    bool over = false;
+    for (int i = 0; i < n_entries; i++) {
+        uint64_t st, sc, lim;
+        rp_context_mem_need(entries[i].ctx, &st, &sc, &lim);
+        if (i == 0) limit = lim;
+        const uint64_t one = st > UINT64_MAX - sc ? UINT64_MAX : st + sc;
+        over |= st == UINT64_MAX || one == UINT64_MAX || total > UINT64_MAX - one;
+        if (!over) total += one;
+        if (one > biggest) biggest = one;
+    }
+    if (!limit || (!over && total <= limit)) return true;
+    const double mib = 1048576.0;
+    tool_error(cmd,
+               "the model and its %d --plan context%s (%d slot%s each) need %.1f MiB of state and "
+               "scratch in all (the largest alone %.1f MiB), over the %s of %.1f MiB; serve "
+               "fewer plans, fewer slots (--parallel) or a smaller context (-c)",
+               n_entries - 1, n_entries == 2 ? "" : "s", o->n_parallel,
+               o->n_parallel == 1 ? "" : "s", over ? 1.8e13 : (double)total / mib,
+               (double)biggest / mib, o->mo.mem_limit ? "memory limit" : "memory available",
+               (double)limit / mib);
+    return false;
+}
+
+/* Entry i's plan-only context replaced by the real one, on entry 0's threads. */
+static bool plan_realize(const char *cmd, const serve_opts *o, const rp_model *model,
+                         srv_entry *entries, int i, const rp_context_params *cp) {
+    srv_entry *en = &entries[i];
+    rp_context_free(en->ctx);
+    en->ctx = NULL;
+    rp_status s = rp_context_new(model, cp, &en->ctx);
     if (!s) /* one decodes at a time: one set of threads */
         s = rp_context_share_pool(en->ctx, entries[0].ctx);
-    if (s) return tool_error(cmd, "--plan %s: %s", arg, rp_last_error()), false;
+    if (s) return tool_error(cmd, "--plan %s: %s", o->plans.v[i - 1], rp_last_error()), false;
     en->n_slot = o->n_parallel;
     en->n_ctx = rp_context_n_ctx(en->ctx);
     if (g_verbosity > 0) {
@@ -940,9 +976,14 @@ int cmd_serve(int argc, char **argv) {
     rc = 1;
     struct MHD_Daemon *d = NULL;
     bool ok = true;
+    static rp_context_params plan_cp[SRV_MAX_PLANS];
     for (int i = 0; ok && i < o.plans.n; i++)
-        if ((ok = add_plan_entry(cmd, &o, model, entries, n_entries, &store, o.plans.v[i])))
+        if ((ok = add_plan_entry(cmd, &o, model, entries, n_entries, &store, o.plans.v[i],
+                                 &plan_cp[i])))
             n_entries++;
+    ok = ok && plans_fit(cmd, &o, entries, n_entries);
+    for (int i = 1; ok && i < n_entries; i++)
+        ok = plan_realize(cmd, &o, model, entries, i, &plan_cp[i - 1]);
     for (int i = 0; ok && spec_opts_active(&o.so) && i < n_entries; i++) {
         char label[300];
         snprintf(label, sizeof label, "serve: model '%s'", entries[i].name);

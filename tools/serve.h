@@ -92,6 +92,10 @@ enum MHD_Result api_detokenize(srv_req *r, json_t *body);
 enum MHD_Result api_apply_template(srv_req *r, json_t *body);
 enum MHD_Result api_metrics(srv_req *r, json_t *body);
 enum MHD_Result api_slots(srv_req *r, json_t *body);
+/* A request body as the JSON object the endpoints take (duplicate keys
+ * refused), or NULL with the reason in why (malformed at line/column, not an
+ * object). Pure: tests/fuzz/fuzz_http_body.c calls it without a socket. */
+json_t *api_body_json(const char *data, size_t len, char *why, size_t why_size);
 /* The table of request fields and how each is handled (serve_api.c). */
 json_t *api_fields_json(void);
 

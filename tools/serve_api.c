@@ -14,6 +14,22 @@
 
 /* ---- request fields --------------------------------------------------------- */
 
+json_t *api_body_json(const char *data, size_t len, char *why, size_t why_size) {
+    json_error_t jerr;
+    json_t *body = json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!body) {
+        snprintf(why, why_size, "malformed JSON at line %d, column %d: %s", jerr.line, jerr.column,
+                 jerr.text);
+        return NULL;
+    }
+    if (!json_is_object(body)) {
+        json_decref(body);
+        snprintf(why, why_size, "the request body must be a JSON object");
+        return NULL;
+    }
+    return body;
+}
+
 /* What a JSON value is, for messages ("'x' must be a string, got an integer"). */
 static const char *json_kind(const json_t *v) {
     static const char *const kinds[] = {

@@ -114,6 +114,7 @@ static bool is_tchar(unsigned char c) {
 int srv_conn_sniff(const unsigned char *p, size_t n) {
     size_t i = 0;
     while (i + 1 < n && p[i] == '\r' && p[i + 1] == '\n') i += 2; /* empty lines first */
+    if (i + 1 == n && p[i] == '\r') return 0; /* an empty line's \n may come in the next packet */
     if (i < n && p[i] == '\n') i++;
     size_t m = 0;
     for (; i < n && is_tchar(p[i]); i++)
@@ -333,33 +334,34 @@ void srv_conn_request_done(srv_conn *g, struct MHD_Connection *c) {
     pthread_mutex_unlock(&g->mu);
 }
 
-typedef struct hdr_count {
-    int n_cl, n_te;
-    const char *cl;
-    bool cl_differ;
-} hdr_count;
+void srv_framing_add(srv_framing *f, const char *key, const char *value) {
+    if (!key) return;
+    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
+        if (f->n_cl++ && (!value || !f->cl || strcmp(value, f->cl) != 0)) f->cl_differ = true;
+        f->cl = value;
+    } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+        f->n_te++;
+    }
+}
+
+const char *srv_framing_verdict(const srv_framing *f) {
+    if (f->cl_differ) return "two different Content-Length headers";
+    if (f->n_cl && f->n_te) return "both Content-Length and Transfer-Encoding";
+    if (f->n_te > 1) return "more than one Transfer-Encoding header";
+    return NULL;
+}
 
 static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key,
                                     const char *value) {
     (void)kind;
-    hdr_count *h = cls;
-    if (!key) return MHD_YES;
-    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
-        if (h->n_cl++ && (!value || !h->cl || strcmp(value, h->cl) != 0)) h->cl_differ = true;
-        h->cl = value;
-    } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
-        h->n_te++;
-    }
+    srv_framing_add(cls, key, value);
     return MHD_YES;
 }
 
 const char *srv_conn_check_framing(struct MHD_Connection *c) {
-    hdr_count h = {0};
-    MHD_get_connection_values(c, MHD_HEADER_KIND, count_header, &h);
-    if (h.cl_differ) return "two different Content-Length headers";
-    if (h.n_cl && h.n_te) return "both Content-Length and Transfer-Encoding";
-    if (h.n_te > 1) return "more than one Transfer-Encoding header";
-    return NULL;
+    srv_framing f = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_header, &f);
+    return srv_framing_verdict(&f);
 }
 
 /* ---- start, stop ------------------------------------------------------------- */

@@ -42,6 +42,15 @@ void srv_conn_request_done(srv_conn *g, struct MHD_Connection *c);
  * or NULL: two different Content-Length headers, Content-Length with
  * Transfer-Encoding, more than one Transfer-Encoding. */
 const char *srv_conn_check_framing(struct MHD_Connection *c);
+/* The same check, pure (tests/fuzz/fuzz_http_head.c): each header of a
+ * request added in order, then the verdict (NULL: unambiguous). */
+typedef struct srv_framing {
+    int n_cl, n_te;
+    const char *cl; /* the last Content-Length value */
+    bool cl_differ;
+} srv_framing;
+void srv_framing_add(srv_framing *f, const char *key, const char *value);
+const char *srv_framing_verdict(const srv_framing *f);
 
 /* The start of a request line: 1 plausible (a method token, a space, a
  * target's first byte), 0 not enough bytes yet, -1 garbage. */

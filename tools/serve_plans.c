@@ -8,6 +8,43 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The served contexts and the new plan's (built plan-only first: nothing
+ * allocated) added up against the memory bound, as serve's startup does:
+ * over it, 503 with both figures. A spec that does not build is 422. */
+static bool fits_beside(srv_server *srv, const rp_context_params *cp, const char *spec,
+                        unsigned *status, char *err, size_t err_size) {
+    rp_context_params po = *cp;
+    po.plan_only = true;
+    rp_context *probe = NULL;
+    rp_status s = rp_context_new(srv->model, &po, &probe);
+    if (s) {
+        *status = s == RP_ERR_NOMEM ? 500 : 422;
+        snprintf(err, err_size, "plan '%.200s': %s", spec, rp_last_error());
+        return false;
+    }
+    uint64_t st, sc, limit, total = 0;
+    bool over = false;
+    for (int i = 0; i <= srv->n_entries; i++) {
+        rp_context_mem_need(i < srv->n_entries ? srv->entries[i].ctx : probe, &st, &sc,
+                            i == srv->n_entries ? &limit : NULL);
+        const uint64_t one = st > UINT64_MAX - sc ? UINT64_MAX : st + sc;
+        over |= st == UINT64_MAX || one == UINT64_MAX || total > UINT64_MAX - one;
+        if (!over) total += one;
+    }
+    const uint64_t mine = st > UINT64_MAX - sc ? UINT64_MAX : st + sc;
+    rp_context_free(probe);
+    if (!limit || (!over && total <= limit)) return true;
+    const double mib = 1048576.0;
+    *status = 503;
+    snprintf(err, err_size,
+             "plan '%.200s' needs %.1f MiB of state and scratch, %.1f MiB in all with the %d "
+             "context%s served, over the %s of %.1f MiB",
+             spec, (double)mine / mib, over ? 1.8e13 : (double)total / mib, (int)srv->n_entries,
+             srv->n_entries == 1 ? "" : "s", cp->mem_limit ? "memory limit" : "memory available",
+             (double)limit / mib);
+    return false;
+}
+
 int srv_plan_for_request(srv_server *srv, const char *spec, unsigned *status, char *err,
                          size_t err_size) {
     pthread_mutex_lock(&srv->plan_mu);
@@ -30,6 +67,7 @@ int srv_plan_for_request(srv_server *srv, const char *spec, unsigned *status, ch
     cp.layer_map = map ? spec + 4 : NULL;
     srv_entry *en = &srv->entries[n];
     memset(en, 0, sizeof *en);
+    if (!fits_beside(srv, &cp, spec, status, err, err_size)) goto done;
     rp_status s = rp_context_new(srv->model, &cp, &en->ctx);
     if (!s) s = rp_context_share_pool(en->ctx, srv->entries[0].ctx);
     char *name = s ? NULL : strdup(spec);

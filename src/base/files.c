@@ -354,3 +354,40 @@ rp_status rp_atomic_write_file(const char *path, const void *p, size_t n) {
     }
     return rp_atomic_commit(&af);
 }
+
+/* ---- the public writer (reprise_tools.h) -------------------------------------- */
+
+struct rp_output {
+    rp_atomic_file af;
+};
+
+rp_status rp_output_open(const char *path, rp_output **out) {
+    *out = NULL;
+    if (!path || !*path) return rp_fail(RP_ERR_INVALID_ARG, "output path is empty");
+    rp_output *o = rp_malloc(sizeof *o, "output file");
+    if (!o) return RP_ERR_NOMEM;
+    rp_status s = rp_atomic_open(&o->af, path);
+    if (s) {
+        free(o);
+        return s;
+    }
+    *out = o;
+    return RP_OK;
+}
+
+rp_status rp_output_write(rp_output *o, const void *p, size_t n) {
+    return rp_atomic_write(&o->af, p, n) ? RP_OK : RP_ERR_IO;
+}
+
+rp_status rp_output_commit(rp_output *o) {
+    if (!o) return rp_fail(RP_ERR_INVALID_ARG, "output file not open");
+    rp_status s = rp_atomic_commit(&o->af);
+    free(o);
+    return s;
+}
+
+void rp_output_abort(rp_output *o) {
+    if (!o) return;
+    rp_atomic_abort(&o->af);
+    free(o);
+}

@@ -684,6 +684,79 @@ static void normalizer_flags(const json_t *n, int *lower, int *strip) {
     }
 }
 
+/* What the tokenizer does with each normalizer step (the rule in
+ * docs/hardening.md): Lowercase, StripAccents and BertNormalizer's two flags
+ * become tokenizer.ggml.normalizer.*; a SentencePiece-style vocabulary's
+ * Prepend and Replace of " " by U+2581 are what its tokenizer does anyway;
+ * NFC is not applied (as in llama.cpp: text already in NFC, nearly all text,
+ * tokenizes the same), said at the info level. Any other step is not applied
+ * either, and the conversion warns by name: text it would change tokenizes
+ * differently than with the Hugging Face tokenizer. */
+static void check_normalizer(const tok *t, const json_t *n, const char *where) {
+    if (!n || json_is_null(n)) return;
+    const char *type = json_string_value(json_object_get(n, "type"));
+    static const char u2581[] = "\xe2\x96\x81";
+    if (str_eq(type, "Sequence")) {
+        const json_t *l = json_object_get(n, "normalizers");
+        if (!json_is_array(l))
+            rp_log(RP_LOG_WARN,
+                   "%s/tokenizer.json: %s is a Sequence without a normalizers list; "
+                   "ignored",
+                   t->dir, where);
+        for (size_t i = 0; i < json_array_size(l); i++) {
+            char sub[64];
+            snprintf(sub, sizeof sub, "%s[%zu]", where, i);
+            check_normalizer(t, json_array_get(l, i), sub);
+        }
+        return;
+    }
+    if (str_eq(type, "Lowercase") || str_eq(type, "StripAccents") || str_eq(type, "BertNormalizer"))
+        return;
+    if (t->spm && str_eq(type, "Prepend") &&
+        str_eq(json_string_value(json_object_get(n, "prepend")), u2581))
+        return;
+    if (t->spm && str_eq(type, "Replace") &&
+        str_eq(json_string_value(json_object_get(json_object_get(n, "pattern"), "String")), " ") &&
+        str_eq(json_string_value(json_object_get(n, "content")), u2581))
+        return;
+    if (str_eq(type, "NFC")) {
+        rp_log(RP_LOG_INFO, "%s/tokenizer.json: %s NFC is not applied (as in llama.cpp)", t->dir,
+               where);
+        return;
+    }
+    char what[80];
+    if (type)
+        snprintf(what, sizeof what, "'%.40s'", type);
+    else
+        snprintf(what, sizeof what, "without a type");
+    rp_log(RP_LOG_WARN,
+           "%s/tokenizer.json: %s %s is not applied by reprise (nor llama.cpp): text it "
+           "changes tokenizes differently than with the Hugging Face tokenizer",
+           t->dir, where, what);
+}
+
+/* A SentencePiece-style vocabulary splits nothing before its merges: a
+ * pre-tokenizer step other than Metaspace is not applied, with a warning. */
+static void check_spm_pre(const tok *t, const json_t *p, const char *where) {
+    if (!p || json_is_null(p)) return;
+    const char *type = json_string_value(json_object_get(p, "type"));
+    if (str_eq(type, "Sequence")) {
+        const json_t *l = json_object_get(p, "pretokenizers");
+        for (size_t i = 0; i < json_array_size(l); i++) {
+            char sub[64];
+            snprintf(sub, sizeof sub, "%s[%zu]", where, i);
+            check_spm_pre(t, json_array_get(l, i), sub);
+        }
+        return;
+    }
+    if (str_eq(type, "Metaspace")) return;
+    rp_log(RP_LOG_WARN,
+           "%s/tokenizer.json: %s '%.40s' is not applied to a SentencePiece-style (byte_fallback) "
+           "vocabulary: text it would split tokenizes differently than with the Hugging Face "
+           "tokenizer",
+           t->dir, where, type ? type : "(no type)");
+}
+
 /* chat_template.jinja with additional_chat_templates/NAME.jinja beside it:
  * a named list, [{"name": "default", ...}, {"name": NAME, ...}], in *list
  * (the default's text moves into it). */
@@ -870,6 +943,8 @@ static rp_status convert(tok *t, int64_t pad_to, int add_space_prefix, const cha
     if ((s = write_templates(t, w))) return s;
     int lower = -1, strip = -1;
     normalizer_flags(json_object_get(t->tj, "normalizer"), &lower, &strip);
+    check_normalizer(t, json_object_get(t->tj, "normalizer"), "normalizer");
+    if (t->spm) check_spm_pre(t, json_object_get(t->tj, "pre_tokenizer"), "pre_tokenizer");
     if (lower >= 0 &&
         (s = rp_gguf_w_set_bool(w, "tokenizer.ggml.normalizer.lowercase", lower == 1)))
         return s;

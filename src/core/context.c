@@ -59,13 +59,13 @@ static uint64_t mem_available(void) {
     return (uint64_t)kb * 1024;
 }
 
-/* The state and scratch c would allocate, against the limit, before any of
- * it is allocated. Scratch: the matmul and attention buffers, and about the
- * architecture's activations (n_ubatch rows of a few widths) and logits. */
-static rp_status check_memory(const rp_context *c) {
+/* The state and scratch c would allocate (state UINT64_MAX: past 64 bits).
+ * Scratch: the matmul and attention buffers, and about the architecture's
+ * activations (n_ubatch rows of a few widths) and logits. */
+static void mem_estimate(const rp_context *c, uint64_t *state, uint64_t *scratch) {
     const rp_model *m = c->model;
-    const uint64_t state = rp_state_bytes(m, c->plan, c->n_seq, c->n_ctx, c->n_ubatch,
-                                          c->params.type_k, c->params.type_v);
+    *state = rp_state_bytes(m, c->plan, c->n_seq, c->n_ctx, c->n_ubatch, c->params.type_k,
+                            c->params.type_v);
     uint64_t widest = (uint64_t)m->hp.n_embd;
     int max_group = 1;
     for (int l = 0; l < m->hp.n_layer; l++) {
@@ -75,13 +75,25 @@ static rp_status check_memory(const rp_context *c) {
             max_group = RP_MAX(max_group, m->info[l].n_head / RP_MAX(1, m->info[l].n_head_kv));
     }
     const uint64_t ub = (uint64_t)c->n_ubatch;
-    const uint64_t scratch =
-        (uint64_t)rp_matmul_scratch((int64_t)widest * 2, c->n_ubatch) +
-        (uint64_t)rp_attention_scratch(c->n_ctx, max_group, 1) * (uint64_t)c->n_threads * 4 +
-        ub * (8 * (uint64_t)m->hp.n_embd + 4 * widest + (uint64_t)m->hp.n_vocab) * 4;
-    const uint64_t avail = mem_available();
-    const uint64_t limit = c->params.mem_limit ? c->params.mem_limit : avail;
-    uint64_t need;
+    *scratch = (uint64_t)rp_matmul_scratch((int64_t)widest * 2, c->n_ubatch) +
+               (uint64_t)rp_attention_scratch(c->n_ctx, max_group, 1) * (uint64_t)c->n_threads * 4 +
+               ub * (8 * (uint64_t)m->hp.n_embd + 4 * widest + (uint64_t)m->hp.n_vocab) * 4;
+}
+
+void rp_context_mem_need(const rp_context *c, uint64_t *state, uint64_t *scratch, uint64_t *limit) {
+    uint64_t st, sc;
+    mem_estimate(c, &st, &sc);
+    if (state) *state = st;
+    if (scratch) *scratch = sc;
+    if (limit) *limit = c->params.mem_limit ? c->params.mem_limit : mem_available();
+}
+
+/* The state and scratch c would allocate, against the limit, before any of
+ * it is allocated. */
+static rp_status check_memory(const rp_context *c) {
+    const rp_model *m = c->model;
+    uint64_t state, scratch, limit, need;
+    rp_context_mem_need(c, &state, &scratch, &limit);
     if (!limit) return RP_OK; /* unknown: nothing to check against */
     if (state != UINT64_MAX && rp_add_u64(state, scratch, &need) && need <= limit) return RP_OK;
     const double mib = 1048576.0;

@@ -132,8 +132,9 @@ typedef struct rp_kernels {
      * build orders it (rp_attention's F32 path):
      *   dot_f32_ggml: ggml_vec_dot_f32: 4 accumulators of 16 lanes over steps
      *     of 64, reduced (a0 + a2) + (a1 + a3) then across lanes as GCC's
-     *     _mm512_reduce_add_ps (halves 8, 4, then pairs); the n % 64 tail
-     *     fused into the sum one by one;
+     *     _mm512_reduce_add_ps (halves 8, 4, then pairs); then the n % 64
+     *     tail one by one, each product rounded before it is added (not
+     *     fused);
      *   exp_sum_ggml: softmax numerators of n (a multiple of 16) scores in
      *     place, x = e^(x - max) (rp_expf_ggml512), and their sum in double,
      *     one lane-reduced float per block of 16 (ggml_vec_soft_max_f32);

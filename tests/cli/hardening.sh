@@ -32,6 +32,24 @@ expect_error output_fifo_refused "FIFO" "$BIN" quantize "$M" "$T/out.fifo" Q8_0
 expect_exit output_dev_null 0 "$BIN" quantize "$M" /dev/null Q8_0
 [ -c /dev/null ] && ok output_dev_null_kept || fail output_dev_null_kept "/dev/null is no longer a device"
 
+# the tools' own writers (run --dump-logits, --dump-tensors) follow the same rules
+cp "$M" "$T/self.gguf"; chmod u+w "$T/self.gguf"
+expect_error dump_logits_in_is_out "input of this command" "$BIN" run -m "$T/self.gguf" -p hi --dump-logits "$T/self.gguf"
+cmp -s "$M" "$T/self.gguf" && ok dump_logits_in_is_out_untouched || fail dump_logits_in_is_out_untouched "the model changed"
+expect_error dump_logits_fifo_refused "FIFO" timeout 20 "$BIN" run -m "$M" -p hi --dump-logits "$T/out.fifo"
+echo old > "$T/ro.f32"; chmod 0444 "$T/ro.f32"
+expect_error dump_logits_read_only_refused "read-only" "$BIN" run -m "$M" -p hi --dump-logits "$T/ro.f32"
+echo old > "$T/lt.f32"; chmod 0640 "$T/lt.f32"; ln -s lt.f32 "$T/ll.f32"
+"$BIN" run -m "$M" -p hi --dump-logits "$T/ll.f32" > /dev/null 2> "$T/err"
+if [ -L "$T/ll.f32" ] && [ "$(stat -c %s "$T/lt.f32")" -gt 100 ] && [ "$(stat -c %a "$T/lt.f32")" = 640 ]; then
+    ok dump_logits_symlink_target_written
+else
+    fail dump_logits_symlink_target_written "link kept: $([ -L "$T/ll.f32" ] && echo yes || echo no), size $(stat -c %s "$T/lt.f32"), mode $(stat -c %a "$T/lt.f32"): $(head -c 200 "$T/err")"
+fi
+ls "$T" | grep -q '\.tmp' && fail dump_logits_no_temp "$(ls "$T" | grep '\.tmp')" || ok dump_logits_no_temp
+mkdir -p "$T/tr"; mkfifo "$T/tr/index.tsv"
+expect_error dump_tensors_index_fifo_refused "FIFO" timeout 20 "$BIN" run -m "$M" -p hi -n 1 --dump-tensors "$T/tr"
+
 # SIGINT / SIGTERM / SIGHUP during a write leave no temporary file
 for sig in INT TERM HUP; do
     rm -f "$T"/sig.gguf*
@@ -105,6 +123,20 @@ if check == "framing":
         r, dt = exchange(data)
         if status(r).startswith("HTTP/1.1 400") and dt < 1.0: ok(name)
         else: fail(name, "%r after %.2f s" % (status(r), dt))
+    # an empty line before the request line, its \r and \n in two packets (tests/fuzz/fuzz_http_head.c)
+    s = socket.create_connection(("127.0.0.1", port)); s.settimeout(5)
+    r = b""
+    try:
+        s.sendall(b"\r"); time.sleep(0.3); s.sendall(b"\n" + HEALTH)
+        while True:
+            k = s.recv(4096)
+            if not k: break
+            r += k
+    except Exception:
+        pass
+    s.close()
+    if status(r).startswith("HTTP/1.1 200"): ok("http_split_empty_line_accepted")
+    else: fail("http_split_empty_line_accepted", repr(status(r)))
     r, dt = exchange(b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % (len(BODY), len(BODY)) + BODY)
     if status(r).startswith("HTTP/1.1 200"): ok("http_equal_content_lengths_accepted")
     else: fail("http_equal_content_lengths_accepted", status(r))
@@ -247,6 +279,22 @@ else
     expect_exit dump_plan_allocates_nothing 0 "$BIN" run -m "$M" --layer-map "$MAP10K" --dump-plan
 fi
 
+# serve adds up the memory of every context it creates (the model's and each
+# --plan's, --parallel slots each): 8.8 + 12.9 + 16.8 MiB, each under 20 MiB alone
+SPLANS=(--parallel 4 -c 2048 --plan 'r1=map:0..4,1..4' --plan 'r2=map:0..4,1..4,1..4')
+expect_error serve_plans_sum_over_mem_limit "need 38.5 MiB of state and scratch in all (the largest alone 16.8 MiB), over the memory limit of 20.0 MiB" \
+    timeout 20 "$BIN" serve -m "$M" --port 0 -t 1 "${SPLANS[@]}" --mem-limit 20
+if start_server P1 "${SPLANS[@]}" --mem-limit 40; then ok serve_plans_sum_under_mem_limit; stop_server P1; fi
+if start_server P2 --parallel 4 -c 2048 --plan-requests 1 --mem-limit 20; then
+    code=$(curl -s -m 20 -o "$T/resp" -w '%{http_code}' -d '{"prompt": "hi", "max_tokens": 1, "plan": "map:0..4,1..4,1..4"}' "http://127.0.0.1:$PORT/v1/completions")
+    if [ "$code" = 503 ] && grep -q "needs 16.8 MiB of state and scratch, 25.6 MiB in all with the 1 context served, over the memory limit of 20.0 MiB" "$T/resp"; then
+        ok serve_request_plan_sum_over_mem_limit
+    else
+        fail serve_request_plan_sum_over_mem_limit "$code: $(head -c 300 "$T/resp")"
+    fi
+    stop_server P2
+fi
+
 # ---- convert -------------------------------------------------------------------
 HF=tests/fixtures/hf/llama
 mkdir -p "$T/hf0" "$T/hf1"
@@ -257,6 +305,29 @@ cp "$HF"/*.json "$HF"/model.safetensors "$T/hf1/"
 python3 -c "import json,sys; t=json.load(open(sys.argv[1])); t['model']['vocab']={}; t['model']['merges']=[]; json.dump(t, open(sys.argv[2],'w'))" "$HF/tokenizer.json" "$T/hf1/tokenizer.json"
 expect_error convert_empty_vocab "model.vocab is empty" "$BIN" convert "$T/hf1" -o "$T/c1.gguf"
 [ -e "$T/c0.gguf" ] || [ -e "$T/c1.gguf" ] && fail convert_refusals_leave_nothing "an output was written" || ok convert_refusals_leave_nothing
+# tj.py IN OUT PYTHON: OUT is tokenizer.json IN with t changed by PYTHON
+tj() { python3 -c "import json,sys; t=json.load(open(sys.argv[1])); $3; json.dump(t, open(sys.argv[2],'w'))" "$1" "$2"; }
+convert_warns() { # NAME FIXTURE PYTHON PATTERN: converts, rc 0, stderr matches PATTERN
+    local d="$T/hf-$1"
+    mkdir -p "$d"; cp tests/fixtures/hf/"$2"/* "$d/" 2>/dev/null
+    tj "tests/fixtures/hf/$2/tokenizer.json" "$d/tokenizer.json" "$3"
+    "$BIN" convert "$d" -o "$T/$1.gguf" > /dev/null 2> "$T/err"
+    local rc=$?
+    if [ "$rc" -eq 0 ] && grep -q -- "$4" "$T/err"; then ok "$1"; else fail "$1" "rc $rc: $(head -c 300 "$T/err")"; fi
+}
+convert_warns convert_unknown_normalizer_warns llama "t['normalizer']['normalizers'].append({'type': 'NFKC'})" \
+    "normalizer\[2\] 'NFKC' is not applied"
+convert_warns convert_unknown_normalizer_top_warns qwen2 "t['normalizer'] = {'type': 'Strip', 'strip_left': True, 'strip_right': True}" \
+    "normalizer 'Strip' is not applied"
+convert_warns convert_spm_pre_tokenizer_warns llama "t['pre_tokenizer'] = {'type': 'Digits', 'individual_digits': True}" \
+    "pre_tokenizer 'Digits' is not applied to a SentencePiece-style"
+"$BIN" convert tests/fixtures/hf/qwen2 -o "$T/q.gguf" > /dev/null 2> "$T/err"
+if [ $? -eq 0 ] && ! grep -qi "warn" "$T/err"; then ok convert_known_normalizers_quiet; else fail convert_known_normalizers_quiet "$(head -c 300 "$T/err")"; fi
+mkdir -p "$T/hf-re"; cp tests/fixtures/hf/qwen2/* "$T/hf-re/"
+tj tests/fixtures/hf/qwen2/tokenizer.json "$T/hf-re/tokenizer.json" "t['pre_tokenizer']['pretokenizers'][0]['pattern']['Regex'] = '(['"
+expect_error convert_bad_split_regex "pre-tokenizer (1 Split regex(es) starting '(\['" "$BIN" convert "$T/hf-re" -o "$T/re.gguf"
+tj tests/fixtures/hf/qwen2/tokenizer.json "$T/hf-re/tokenizer.json" "t['pre_tokenizer'] = {'type': 'Sequence', 'pretokenizers': [{'type': 'Punctuation'}, {'type': 'ByteLevel', 'use_regex': False}]}"
+expect_error convert_unknown_pre_tokenizer "pre-tokenizer (a Punctuation step)" "$BIN" convert "$T/hf-re" -o "$T/re.gguf"
 
 # ---- a model file truncated under a running server ------------------------------------
 cp "$M" "$T/live.gguf"; chmod u+w "$T/live.gguf"

@@ -5,6 +5,7 @@
 # answer, tokenizer vectors of hard strings.
 . "$(dirname "$0")/_lib.sh"
 G=tests/golden/real
+PLAN=""
 MD="${REPRISE_MODELS:-$HOME/.cache/reprise}"
 SMOL="$MD/SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA="$MD/gemma-3-270m-q4_k_m.gguf"
@@ -12,11 +13,13 @@ if [ ! -f "$SMOL" ] || [ ! -f "$GEMMA" ]; then
     scripts/fetch-models.sh > "$T/fetch" 2>&1 || { fail real_models_fetch "$(tail -3 "$T/fetch")"; exit 0; }
 fi
 
-# logits: NAME MODEL N_VOCAB MAX_NMSE MIN_TOP1
+# logits: NAME MODEL N_VOCAB MAX_NMSE MIN_TOP1 (PLAN: extra run options, a
+# layer plan)
 logits() {
     local ids
     ids=$(tr -s ' \n' ',' < "$G/$1.tokens.txt" | sed 's/^,//; s/,$//')
-    "$BIN" run -m "$2" --tokens "$ids" -ctk f32 -ctv f32 -q --dump-logits "$T/$1.f32" > /dev/null 2> "$T/err" \
+    # shellcheck disable=SC2086
+    "$BIN" run -m "$2" $PLAN --tokens "$ids" -ctk f32 -ctv f32 -q --dump-logits "$T/$1.f32" > /dev/null 2> "$T/err" \
         || { fail "real_logits_$1" "$(head -c 300 "$T/err")"; return; }
     if python3 tests/reference/real_golden.py check "$T/$1.f32" "$3" "$G/$1" "$4" "$5" > "$T/out"; then
         ok "real_logits_$1 ($(cat "$T/out"))"
@@ -34,7 +37,8 @@ logits() {
 greedy() {
     local ids
     ids=$(cat "$G/$1.tokens.txt" "$G/$1.greedy.txt" | tr -s ' \n' ',' | sed 's/^,//; s/,$//')
-    "$BIN" run -m "$2" --tokens "$ids" -ctk f32 -ctv f32 -q --dump-logits "$T/g.f32" > /dev/null 2>&1
+    # shellcheck disable=SC2086
+    "$BIN" run -m "$2" $PLAN --tokens "$ids" -ctk f32 -ctv f32 -q --dump-logits "$T/g.f32" > /dev/null 2>&1
     python3 - "$T/g.f32" "$3" "$G/$1.tokens.txt" "$G/$1.greedy.txt" "$4" > "$T/out" <<'PY'
 import array, sys
 nv = int(sys.argv[2])
@@ -61,6 +65,18 @@ logits smollm2-code "$SMOL" 49152 1e-6 1
 logits gemma3-prose "$GEMMA" 262144 5e-2 0.9
 logits gemma3-code "$GEMMA" 262144 5e-2 0.9
 greedy smollm2-chat "$SMOL" 49152 0.05
+# a plan against the merged file: reprise runs --repeat-layers 10,14 on the
+# original; llama.cpp ran the file `reprise merge` writes for that plan (the
+# repeated layers materialized, 34 blocks): bit for bit expected, also on
+# the prompt with llama.cpp's 64 greedy tokens as one batch (rys-cont: so
+# every greedy choice of a batch is llama.cpp's); its one-token decodes part
+# from its own batch after 20 tokens at a near tie (0.15)
+PLAN="--repeat-layers 10,14"
+logits smollm2-rys-chat "$SMOL" 49152 1e-6 1
+logits smollm2-rys-code "$SMOL" 49152 1e-6 1
+logits smollm2-rys-cont "$SMOL" 49152 1e-6 1
+greedy smollm2-rys-chat "$SMOL" 49152 0.2
+PLAN=""
 greedy smollm2-code "$SMOL" 49152 0.2
 greedy gemma3-prose "$GEMMA" 262144 0.5
 

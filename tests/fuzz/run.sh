@@ -4,10 +4,14 @@
 # (crash, leak, sanitizer report, timeout) or a fuzzer that fails to run makes
 # the whole run fail, with the reproducer's path printed; the last lines of
 # each fuzzer's log are shown either way.
+# FUZZ_TARGETS="plan http_body" picks targets by name (default: all);
+# FUZZ_BUILD_ONLY=1 builds the binaries and seed corpora and runs nothing
+# (tests/fuzz/long.sh runs them for long).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 SECS=${FUZZ_SECONDS:-60}
 SHARED=${REPRISE_SHARED:-../shared}
+export REPRISE_SHARED=$SHARED # fuzz_http_body's vocabulary
 B=build-fuzz
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
 make --no-print-directory BUILD=$B CC=clang OPT="-O1 -g" EXTRA_CFLAGS="-fsanitize=fuzzer-no-link $SAN" -j"$(nproc)" $B/libreprise.a ||
@@ -41,11 +45,32 @@ for d in tests/fixtures/hf/*/; do
     { cat "$d/config.json"; [ -f "$d/tokenizer.json" ] && { printf '\0'; cat "$d/tokenizer.json"; }; } \
         > "$B/fuzz/corpus-hf_config/$(basename "$d")"
 done
+# HTTP: valid bodies of each endpoint (the first byte picks it), request heads
+mkdir -p $B/fuzz/corpus-http_body $B/fuzz/corpus-http_head
+i=0
+while IFS= read -r line; do
+    [ -n "$line" ] && printf '%s' "$line" > $B/fuzz/corpus-http_body/seed$i
+    i=$((i + 1))
+done < tests/fuzz/http_bodies.txt
+i=0
+for h in 'GET /health HTTP/1.1\r\nHost: x\r\n\r\n' \
+    'POST /completion HTTP/1.1\r\nContent-Length: 12\r\nContent-Length: 12\r\n\r\n' \
+    'POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n' \
+    '\r\nPOST /tokenize HTTP/1.1\r\ncontent-length: 3\r\nTransfer-Encoding: chunked\r\n\r\n'; do
+    printf "$h" > $B/fuzz/corpus-http_head/seed$i
+    i=$((i + 1))
+done
 failed=0
 for src in tests/fuzz/fuzz_*.c; do
     name=$(basename "$src" .c)
     kind=${name#fuzz_}
-    if ! clang -std=c11 -O1 -g -D_GNU_SOURCE -Iinclude -Isrc $SAN -fsanitize=fuzzer "$src" $B/libreprise.a \
+    if [ -n "${FUZZ_TARGETS:-}" ] && ! [[ " $FUZZ_TARGETS " == *" $kind "* ]]; then
+        continue
+    fi
+    # a target that drives tool code names its files: "fuzz-tools: serve_api common ..."
+    tools=$(sed -n 's/^.*fuzz-tools:\(.*\)$/\1/p' "$src" | head -1 | sed 's/\*\///')
+    tool_src=$(for t in $tools; do printf 'tools/%s.c ' "$t"; done)
+    if ! clang -std=c11 -O1 -g -D_GNU_SOURCE -Iinclude -Isrc -Itools $SAN -fsanitize=fuzzer "$src" $tool_src $B/libreprise.a \
         $(pkg-config --libs libpcre2-8 libmicrohttpd jansson libxxhash libpng libedit) -lm -pthread -o $B/fuzz/$name; then
         echo "FAIL $name: does not build"
         failed=1
@@ -53,6 +78,7 @@ for src in tests/fuzz/fuzz_*.c; do
     fi
     art=$B/fuzz/artifacts-$kind
     mkdir -p $B/fuzz/corpus-$kind $B/fuzz/work-$kind "$art"
+    [ -n "${FUZZ_BUILD_ONLY:-}" ] && { echo "built $name"; continue; }
     log=$B/fuzz/$name.log
     echo "== $name: ${SECS}s"
     t0=$(date +%s)
