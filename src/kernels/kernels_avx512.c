@@ -777,9 +777,79 @@ static void ks_lanes_run_off(int n, int nr, const void *w, size_t ldw, const voi
     }
 }
 
-static void ks_lanes_run(int n, int nr, const void *w, size_t ldw, const void *xp, int cnt,
+/* Q3_K, Q5_K in llama.cpp's tiled order (kernels_ref.c, tiled_step): per
+ * super-block the lanes' integer sums added into one exact s, r = (float)s *
+ * dw, with_min: r = fma(-dmin, (float)m, r), then acc = fma(r, dx, acc). */
+static void ks_tiled_run(int n, int nr, const void *w, size_t ldw, const void *xp, int cnt,
                          float *y, size_t ldy, void *scratch, ks_prep_fn prep, bool with_min) {
-    ks_lanes_run_off(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep, with_min, false);
+    const int nsb = n / QK_K, ng = (cnt + RP_GEMM_GROUP - 1) / RP_GEMM_GROUP;
+    const size_t gb = ks_group_bytes(n);
+    ks_sb *rows = ks_rows(scratch);
+    for (int r0 = 0; r0 < nr; r0 += 2) {
+        const int nrow = nr - r0 >= 2 ? 2 : 1;
+        ks_sb *R[2] = {rows, rows + nsb};
+        for (int i = 0; i < nrow; i++)
+            for (int sb = 0; sb < nsb; sb++)
+                prep((const char *)w + (size_t)(r0 + i) * ldw, sb, &R[i][sb]);
+        if (nrow == 1) R[1] = R[0];
+        for (int g = 0; g < ng; g++) {
+            const uint8_t *xg = (const uint8_t *)xp + (size_t)g * gb;
+            __m512 f0 = _mm512_setzero_ps(), f1 = f0;
+            for (int sb = 0; sb < nsb; sb++) {
+                const uint8_t *xs = xg + (size_t)sb * KS_BYTES;
+                const __m512i *xu = (const __m512i *)xs;
+                const ks_sb *a = &R[0][sb], *b = &R[1][sb];
+                __m512i i0[8], i1[8];
+                UNROLL8
+                for (int l = 0; l < 8; l++) {
+                    i0[l] = _mm512_set1_epi32(a->corr[l]);
+                    i1[l] = _mm512_set1_epi32(b->corr[l]);
+                }
+                for (int c = 0; c < 8; c++) {
+                    const __m512i sa0 = _mm512_set1_epi32((int)a->sc[2 * c]),
+                                  sa1 = _mm512_set1_epi32((int)a->sc[2 * c + 1]);
+                    const __m512i sb0 = _mm512_set1_epi32((int)b->sc[2 * c]),
+                                  sb1 = _mm512_set1_epi32((int)b->sc[2 * c + 1]);
+                    UNROLL8
+                    for (int l = 0; l < 8; l++) {
+                        const __m512i x = _mm512_load_si512(xu + 8 * c + l);
+                        const __m512i pa = _mm512_maddubs_epi16(x, bcast32(a->v + 32 * c + 4 * l));
+                        const __m512i pb = _mm512_maddubs_epi16(x, bcast32(b->v + 32 * c + 4 * l));
+                        i0[l] = _mm512_dpwssd_epi32(i0[l], pa, l < 4 ? sa0 : sa1);
+                        i1[l] = _mm512_dpwssd_epi32(i1[l], pb, l < 4 ? sb0 : sb1);
+                    }
+                }
+                const __m512 dx = _mm512_load_ps((const float *)(xs + KS_DX));
+                __m512i s0 = i0[0], s1 = i1[0];
+                for (int l = 1; l < 8; l++) {
+                    s0 = _mm512_add_epi32(s0, i0[l]);
+                    s1 = _mm512_add_epi32(s1, i1[l]);
+                }
+                __m512 v0 = _mm512_mul_ps(_mm512_cvtepi32_ps(s0), _mm512_set1_ps(a->dw)),
+                       v1 = _mm512_mul_ps(_mm512_cvtepi32_ps(s1), _mm512_set1_ps(b->dw));
+                if (with_min) {
+                    const __m512i *s32 = (const __m512i *)(xs + KS_S32);
+                    __m512i t0 = _mm512_setzero_si512(), t1 = t0;
+                    UNROLL8
+                    for (int p = 0; p < 4; p++) {
+                        t0 = _mm512_dpwssd_epi32(t0, _mm512_load_si512(s32 + p),
+                                                 _mm512_set1_epi32((int)a->mn[p]));
+                        t1 = _mm512_dpwssd_epi32(t1, _mm512_load_si512(s32 + p),
+                                                 _mm512_set1_epi32((int)b->mn[p]));
+                    }
+                    v0 = _mm512_fnmadd_ps(_mm512_set1_ps(a->dmin), _mm512_cvtepi32_ps(t0), v0);
+                    v1 = _mm512_fnmadd_ps(_mm512_set1_ps(b->dmin), _mm512_cvtepi32_ps(t1), v1);
+                }
+                f0 = _mm512_fmadd_ps(v0, dx, f0);
+                f1 = _mm512_fmadd_ps(v1, dx, f1);
+            }
+            const int c =
+                cnt - g * RP_GEMM_GROUP < RP_GEMM_GROUP ? cnt - g * RP_GEMM_GROUP : RP_GEMM_GROUP;
+            float *yg = y + (size_t)g * RP_GEMM_GROUP * ldy + r0;
+            store_tokens(yg, ldy, f0, c);
+            if (nrow == 2) store_tokens(yg + 1, ldy, f1, c);
+        }
+    }
 }
 
 /* "rows" K-quants (Q2_K, Q4_K): per super-block acc = fma(sum, dw*dx, acc),
@@ -865,8 +935,8 @@ static void ks_rows_run(int n, int nr, const void *w, size_t ldw, const void *xp
 
 KS_GEMM(q2_K, ks_rows_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep_q2_K, 8))
 KS_GEMM(q4_K, ks_rows_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep_q4_K, 4))
-KS_GEMM(q3_K, ks_lanes_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep_q3_K, false))
-KS_GEMM(q5_K, ks_lanes_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep_q5_K, true))
+KS_GEMM(q3_K, ks_tiled_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep_q3_K, false))
+KS_GEMM(q5_K, ks_tiled_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep_q5_K, true))
 KS_GEMM(q6_K, ks_lanes_run_off(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep_q6_K, false, true))
 
 /* ---- matrix x vector, K-quants --------------------------------------------- */
@@ -918,21 +988,20 @@ static void gemv_q4_K(int n, int nr, const void *w, size_t ldw, const void *x, f
     }
 }
 
-/* Q5_K (lanes + summs): lane sums in two 256-bit halves folded together. */
+/* Q5_K in llama.cpp's tiled order (ks_tiled_run): one exact integer sum per
+ * super-block. */
 static void gemv_q5_K(int n, int nr, const void *w, size_t ldw, const void *x, float *y) {
     const int nsb = n / QK_K;
     const block_q8_K *xb = x;
     for (int r = 0; r < nr; r++) {
         const block_q5_K *a = (const block_q5_K *)((const char *)w + (size_t)r * ldw);
-        __m256 acc = _mm256_setzero_ps();
-        float summs = 0;
+        float acc = 0;
         for (int i = 0; i < nsb; i++) {
             uint8_t sc[8], mn[8];
             k4_scales(a[i].scales, sc, mn);
             int total = 0;
             for (int j = 0; j < 8; j++)
                 total += mn[j] * (xb[i].bsums[2 * j] + xb[i].bsums[2 * j + 1]);
-            summs = fmaf(-xb[i].d * f16(a[i].dmin), (float)total, summs);
             const __m256i hb = _mm256_loadu_si256((const __m256i *)a[i].qh);
             const __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(hb), hb, 1);
             __m512i s = _mm512_setzero_si512();
@@ -946,12 +1015,11 @@ static void gemv_q5_K(int n, int nr, const void *w, size_t ldw, const void *x, f
                 const __m512i p = _mm512_maddubs_epi16(q, _mm512_loadu_si512(xb[i].qs + 64 * c));
                 s = _mm512_dpwssd_epi32(s, p, scale_pair16(sc[2 * c], sc[2 * c + 1]));
             }
-            const __m256i s8 =
-                _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
-            acc =
-                _mm256_fmadd_ps(_mm256_set1_ps(xb[i].d * f16(a[i].d)), _mm256_cvtepi32_ps(s8), acc);
+            float rr = (float)_mm512_reduce_add_epi32(s) * f16(a[i].d);
+            rr = fmaf(-f16(a[i].dmin), (float)total, rr);
+            acc = fmaf(rr, xb[i].d, acc);
         }
-        y[r] = hsum256(acc) + summs;
+        y[r] = acc;
     }
 }
 
