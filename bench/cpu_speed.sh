@@ -25,6 +25,10 @@
 #          --kl-divergence on KLD_TEXT)
 #   load   tg N at -t 1 and -t 2 with two busy processes on the cores, both
 #          engines, on LOAD_MODELS: each engine's -t 2 / -t 1
+#   avx2   REPRISE_ISA=avx2 against llama.cpp built without AVX-512
+#          (LLAMA_AVX2_BIN, default /work/peer/build-avx2/bin), pp P and tg N
+#          on the Qwen3-0.6B shape in AVX2_TYPES (Q8_0 Q4_K_M Q4_0) at
+#          AVX2_THREADS (1)
 #
 # Environment: BUILD (reprise tree, default build), LLAMA_BIN (llama.cpp's
 # bin/, default /work/peer/build-native/bin), BENCH_DIR (models and raw
@@ -59,7 +63,10 @@ KLD_TEXT=${KLD_TEXT:-$S/text/war-and-peace.txt}
 KLD_CHUNKS=${KLD_CHUNKS:-20}
 LOAD_MODELS=${LOAD_MODELS:-$HOME/.cache/reprise/SmolLM2-135M-Instruct.Q4_1.gguf}
 QUANTIZER=${QUANTIZER:-reprise}
-SECTIONS=${SECTIONS:-"types real depth kv load"}
+AVX2_TYPES=${AVX2_TYPES:-"Q8_0 Q4_K_M Q4_0"}
+AVX2_THREADS=${AVX2_THREADS:-"1"}
+LB_AVX2=${LLAMA_AVX2_BIN:-/work/peer/build-avx2/bin}
+SECTIONS=${SECTIONS:-"types real depth kv load avx2"}
 [ -x "$BIN" ] || { echo "no $BIN (make BUILD=$BUILD)"; exit 1; }
 [ -x "$LB/llama-bench" ] || { echo "no $LB/llama-bench (LLAMA_BIN=...)"; exit 1; }
 command -v python3 > /dev/null || { echo "python3 is needed for the summary"; exit 1; }
@@ -93,16 +100,18 @@ EOF
 
 # pair CASE THREADS REPRISE_ARGS LLAMA_ARGS: ROUNDS alternations of one
 # repetition of each engine, the bandwidth probed before and after each round
+# (REPRISE_ENV: variables for reprise, e.g. REPRISE_ISA=avx2; PEER: the
+# llama.cpp bin/ for this pair, default LB)
 pair() {
     local name=$1 t=$2 ra=$3 la=$4
     for r in $(seq 1 "$ROUNDS"); do
         local b0 b1
         b0=$(bw "$t")
         # shellcheck disable=SC2086
-        "$BIN" bench $ra -t "$t" -r 1 --no-probe -q -o csv > "$OUT/r.csv" 2> "$OUT/r.err" ||
+        env ${REPRISE_ENV:-} "$BIN" bench $ra -t "$t" -r 1 --no-probe -q -o csv > "$OUT/r.csv" 2> "$OUT/r.err" ||
             { echo "reprise failed ($name): $(tail -1 "$OUT/r.err")"; continue; }
         # shellcheck disable=SC2086
-        "$LB/llama-bench" $la -t "$t" -r 1 -o csv > "$OUT/l.csv" 2> "$OUT/l.err" ||
+        "${PEER:-$LB}/llama-bench" $la -t "$t" -r 1 -o csv > "$OUT/l.csv" 2> "$OUT/l.err" ||
             { echo "llama-bench failed ($name): $(tail -1 "$OUT/l.err")"; continue; }
         b1=$(bw "$t")
         csv_ts reprise "$OUT/r.csv" | awk -v c="$name" -v r="$r" -v b0="$b0" -v b1="$b1" -F'\t' \
@@ -119,12 +128,13 @@ echo "reprise: $BIN ($(git rev-parse --short HEAD 2> /dev/null || echo '?'))   l
 
 # ---- the Qwen3-0.6B shape in every type -----------------------------------
 qwen() { echo "$OUT/qwen3-0.6b-$1.gguf"; }
-if has types; then
-    shape="--arch qwen3 --n-embd 1024 --n-layer 28 --n-head 16 --n-head-kv 8 --head-dim 128 --n-ff 3072
+# make_qwen TYPE..: the Qwen3-0.6B-shaped files (synthesized once)
+make_qwen() {
+    local shape="--arch qwen3 --n-embd 1024 --n-layer 28 --n-head 16 --n-head-kv 8 --head-dim 128 --n-ff 3072
            --tied --vocab $S/vocab/qwen3/ggml-vocab-qwen3.gguf"
     # shellcheck disable=SC2086
     [ -s "$(qwen F16)" ] || "$BIN" synth $shape --type f16 -o "$(qwen F16)"
-    for ty in $TYPES; do
+    for ty in "$@"; do
         f=$(qwen "$ty")
         [ -s "$f" ] && continue
         if [ "$QUANTIZER" = llama ]; then
@@ -133,6 +143,10 @@ if has types; then
             "$BIN" quantize -t 2 "$(qwen F16)" "$f" "$ty" > "$OUT/q.log" 2>&1
         fi || { echo "quantize $ty failed: $(tail -1 "$OUT/q.log")"; rm -f "$f"; }
     done
+}
+if has types; then
+    # shellcheck disable=SC2086
+    make_qwen $TYPES
     echo "== types: Qwen3-0.6B shape, pp$P and tg$N, threads $THREADS"
     for ty in $TYPES; do
         f=$(qwen "$ty")
@@ -204,6 +218,27 @@ if has load; then
     busy=()
 fi
 
+# ---- AVX2-only machines ----------------------------------------------------------
+# reprise with REPRISE_ISA=avx2 against llama.cpp built without AVX-512
+# (LLAMA_AVX2_BIN; bench/README.md has its cmake line)
+if has avx2; then
+    if [ -x "$LB_AVX2/llama-bench" ]; then
+        echo "== AVX2: REPRISE_ISA=avx2 vs $LB_AVX2, pp$P and tg$N, threads $AVX2_THREADS"
+        # shellcheck disable=SC2086
+        make_qwen $AVX2_TYPES
+        for ty in $AVX2_TYPES; do
+            f=$(qwen "$ty")
+            [ -s "$f" ] || continue
+            for t in $AVX2_THREADS; do
+                REPRISE_ENV=REPRISE_ISA=avx2 PEER=$LB_AVX2 \
+                    pair "qwen3-0.6b $ty t$t avx2" "$t" "-m $f -p $P -n $N" "-m $f -p $P -n $N"
+            done
+        done
+    else
+        echo "no $LB_AVX2/llama-bench: the avx2 section is skipped (LLAMA_AVX2_BIN=...)"
+    fi
+fi
+
 echo "== summary (load average now $(cut -d' ' -f1-3 /proc/loadavg); raw rows: $RAW)"
 python3 - "$RAW" << 'EOF'
 import collections, statistics, sys
@@ -237,7 +272,15 @@ for case, tl in tests.items():
         spread = f"{min(ratios):.2f}-{max(ratios):.2f}" if ratios else "-"
         r = med(ratios)
         mark = "" if goal is None else ("ok" if r >= goal else f"BELOW {goal:.2f}")
-        print(f"{case:44} {test:22} {med(list(rp.values())):12.2f} {med(list(lt.values())):10.2f} {r:6.2f} {spread:>13} {min(b):5.1f}-{max(b):<5.1f} {mark}")
+        # with both -fa settings: the ratio against each (off / on) as well
+        fa = by.get((case, test + " fa"), {}).get("llama", {})
+        each = ""
+        if fa:
+            off = e.get("llama", {})
+            ro = [rp[k] / off[k] for k in rp if off.get(k)]
+            rn = [rp[k] / fa[k] for k in rp if fa.get(k)]
+            each = f"  vs fa off {med(ro):.2f} ({med(list(off.values())):.2f} t/s), fa on {med(rn):.2f} ({med(list(fa.values())):.2f} t/s)"
+        print(f"{case:44} {test:22} {med(list(rp.values())):12.2f} {med(list(lt.values())):10.2f} {r:6.2f} {spread:>13} {min(b):5.1f}-{max(b):<5.1f} {mark}{each}")
 # under load: each engine's -t 2 / -t 1
 for eng in ("reprise", "llama"):
     for (case, test), e in by.items():

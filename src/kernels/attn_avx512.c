@@ -200,39 +200,66 @@ static inline __m512 row16(const void *row, bool f16row, int i, int n) {
     return _mm512_maskz_loadu_ps(m, (const float *)row + i);
 }
 
-/* o[q] += p[q][pos] * v[pos] for pos in [lo, hi), only where query q sees pos
+/* o[q][i] += p[q][pos] * v[pos][c + 16 i .. c + 16 i + 15] for pos in [lo,
+ * hi) and the NV vectors i of the chunk at c, only where query q sees pos
  * (checked: the edges of the queries' ranges) or for every query (the range
  * all of them see) */
 ALWAYS_INLINE void attn_pv_range(const rp_attn_split *a, const float (*p)[RP_ATTN_SPLIT], int base,
-                                 int lo, int hi, int c, bool checked, __m512 *o0, __m512 *o1,
-                                 const int NQ) {
+                                 int lo, int hi, int c, bool checked, __m512 *o, const int NQ,
+                                 const int NV) {
     const int vt = a->type_v;
     const bool vf16 = vt == RP_TYPE_F16, vq = vt != RP_TYPE_F16 && vt != RP_TYPE_F32;
-    const size_t vrow =
-        vq ? kv_block_bytes(vt) * (size_t)(a->dv / 32) : (size_t)a->dv * (vf16 ? 2 : 4);
-    const size_t voff = vq ? kv_block_bytes(vt) * (size_t)(c / 32) : 0;
-    for (int pos = lo; pos < hi; pos++) {
-        const uint8_t *v = (const uint8_t *)a->v + (size_t)(pos % a->cap) * vrow;
-        __m512 v0, v1;
+    const size_t bb = vq ? kv_block_bytes(vt) : 0;
+    const size_t vrow = vq ? bb * (size_t)(a->dv / 32) : (size_t)a->dv * (vf16 ? 2 : 4);
+    const size_t voff = vq ? bb * (size_t)(c / 32) : 0;
+    /* the cell of pos, stepped (no division per row) */
+    int cell = lo < hi ? lo % a->cap : 0;
+    for (int pos = lo; pos < hi; pos++, cell = cell + 1 == a->cap ? 0 : cell + 1) {
+        const uint8_t *v = (const uint8_t *)a->v + (size_t)cell * vrow;
+        __m512 vv[8];
         if (vq) {
-            blk32_avx512(vt, v + voff, &v0, &v1);
+            UNROLL8
+            for (int i = 0; i < NV; i += 2)
+                blk32_avx512(vt, v + voff + bb * (size_t)(i / 2), &vv[i], &vv[i + 1]);
         } else {
-            v0 = row16(v, vf16, c, a->dv);
-            v1 = row16(v, vf16, c + 16, a->dv);
+            UNROLL8
+            for (int i = 0; i < NV; i++) vv[i] = row16(v, vf16, c + 16 * i, a->dv);
         }
         UNROLL8
         for (int q = 0; q < NQ; q++)
             if (!checked || (pos >= a->beg[q] && pos < a->end[q])) {
                 const __m512 w = _mm512_set1_ps(p[q][pos - base]);
-                o0[q] = _mm512_fmadd_ps(w, v0, o0[q]);
-                o1[q] = _mm512_fmadd_ps(w, v1, o1[q]);
+                UNROLL8
+                for (int i = 0; i < NV; i++)
+                    o[q * NV + i] = _mm512_fmadd_ps(w, vv[i], o[q * NV + i]);
             }
     }
 }
 
-/* o[q] = sum over visible keys of p[q][key] * v[key], in chunks of 32
- * outputs; each query's terms are added in position order whichever of the
- * three ranges they fall in */
+/* the chunks of NV * 16 outputs */
+ALWAYS_INLINE void attn_pv_chunks(const rp_attn_split *a, const float (*p)[RP_ATTN_SPLIT], int base,
+                                  int kb, int cb, int ce, int ke, float *out, size_t ldo,
+                                  const int NQ, const int NV) {
+    for (int c = 0; c < a->dv; c += 16 * NV) {
+        __m512 o[RP_ATTN_MAXQ * 8];
+        UNROLL16
+        for (int i = 0; i < NQ * NV; i++) o[i] = _mm512_setzero_ps();
+        attn_pv_range(a, p, base, kb, cb, c, true, o, NQ, NV);
+        attn_pv_range(a, p, base, cb, ce, c, false, o, NQ, NV);
+        attn_pv_range(a, p, base, ce, ke, c, true, o, NQ, NV);
+        UNROLL8
+        for (int q = 0; q < NQ; q++) UNROLL8
+        for (int i = 0; i < NV; i++)
+            _mm512_mask_storeu_ps(out + (size_t)q * ldo + c + 16 * i, tail16(a->dv - c - 16 * i),
+                                  o[q * NV + i]);
+    }
+}
+
+/* o[q] = sum over visible keys of p[q][key] * v[key], in chunks of up to 128
+ * outputs (as many as the registers hold: one pass over the V rows where
+ * they fit); each query's terms are added in position order whichever of
+ * the three ranges they fall in, and each output on its own, so the chunk
+ * width does not change a result */
 ALWAYS_INLINE void attn_pv(const rp_attn_split *a, const float (*p)[RP_ATTN_SPLIT], int base,
                            int kb, int ke, float *o, size_t ldo, const int NQ) {
     /* [cb, ce): the positions every query of the call sees (empty when one
@@ -243,19 +270,12 @@ ALWAYS_INLINE void attn_pv(const rp_attn_split *a, const float (*p)[RP_ATTN_SPLI
         ce = a->end[q] < ce ? a->end[q] : ce;
     }
     if (ce < cb) ce = cb;
-    for (int c = 0; c < a->dv; c += 32) {
-        __m512 o0[RP_ATTN_MAXQ], o1[RP_ATTN_MAXQ];
-        UNROLL8
-        for (int q = 0; q < NQ; q++) o0[q] = o1[q] = _mm512_setzero_ps();
-        attn_pv_range(a, p, base, kb, cb, c, true, o0, o1, NQ);
-        attn_pv_range(a, p, base, cb, ce, c, false, o0, o1, NQ);
-        attn_pv_range(a, p, base, ce, ke, c, true, o0, o1, NQ);
-        UNROLL8
-        for (int q = 0; q < NQ; q++) {
-            _mm512_mask_storeu_ps(o + (size_t)q * ldo + c, tail16(a->dv - c), o0[q]);
-            _mm512_mask_storeu_ps(o + (size_t)q * ldo + c + 16, tail16(a->dv - c - 16), o1[q]);
-        }
-    }
+    if (NQ * 8 <= 24 && a->dv % 128 == 0)
+        attn_pv_chunks(a, p, base, kb, cb, ce, ke, o, ldo, NQ, NQ * 8 <= 24 ? 8 : 2);
+    else if (NQ * 4 <= 24 && a->dv % 64 == 0)
+        attn_pv_chunks(a, p, base, kb, cb, ce, ke, o, ldo, NQ, NQ * 4 <= 24 ? 4 : 2);
+    else
+        attn_pv_chunks(a, p, base, kb, cb, ce, ke, o, ldo, NQ, 2);
 }
 
 static void attn_split_avx512(const rp_attn_split *a, float *m_out, float *l_out, float *o,
@@ -289,7 +309,9 @@ static void attn_split_avx512(const rp_attn_split *a, float *m_out, float *l_out
     const __m512 ninf = _mm512_set1_ps(-INFINITY), scale = _mm512_set1_ps(a->scale);
     __m512 mx[RP_ATTN_MAXQ];
     for (int q = 0; q < nq; q++) mx[q] = ninf;
-    /* scores, masked, and their maximum per query */
+    /* scores, masked, and their maximum per query; cell: that of the next
+     * visible key (they are visited in order) */
+    int cell = kb % a->cap;
     for (int t0 = base; t0 < ke; t0 += 16) {
         for (int j = 0; j < 16; j++) {
             const int pos = t0 + j;
@@ -297,7 +319,8 @@ static void attn_split_avx512(const rp_attn_split *a, float *m_out, float *l_out
                 memset(kt[j], 0, (size_t)dkp * sizeof(float));
                 continue;
             }
-            const void *k = (const uint8_t *)a->k + (size_t)(pos % a->cap) * krow;
+            const void *k = (const uint8_t *)a->k + (size_t)cell * krow;
+            cell = cell + 1 == a->cap ? 0 : cell + 1;
             if (kq)
                 kv_row_avx512(kt_type, k, kt[j], dk);
             else

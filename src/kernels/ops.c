@@ -4,6 +4,7 @@
 #include "base/util.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 /* ---- norms --------------------------------------------------------------- */
@@ -399,16 +400,35 @@ static void attn_task(void *arg, int ith, int nth) {
  * context): the (item, split) pairs are spread over the threads and merged
  * by a second pass. Both do the same arithmetic in the same order for every
  * query, which does not depend on the other tokens of the batch: a batch
- * equals its tokens one at a time. */
+ * equals its tokens one at a time. The threads claim their items (or
+ * (item, split) pairs) from a shared counter, a few at a time, so a thread
+ * the scheduler takes away (a competing load) leaves its share to the
+ * others; what a unit computes does not depend on the thread that runs it. */
 
 typedef struct attn_plan {
     const rp_attn_args *a;
     rp_attn_split_fn split;
     int group, hq, tq; /* query heads per KV head; per item; tokens per tile */
     int n_tiles, n_hc, n_items;
-    int n_spl;   /* splits per item in the split-spread mode */
-    float *part; /* [n_items][n_spl]: m[MAXQ], l[MAXQ], has[MAXQ], o[MAXQ][dv] */
+    int n_spl;        /* splits per item in the split-spread mode */
+    float *part;      /* [n_items][n_spl]: m[MAXQ], l[MAXQ], has[MAXQ], o[MAXQ][dv] */
+    _Atomic int next; /* the next unit to claim (reset before each pass) */
+    int chunk;        /* units per claim */
 } attn_plan;
+
+/* claims the next units [*u0, *u1) of n; false when none is left */
+static bool attn_claim(attn_plan *P, int n, int *u0, int *u1) {
+    const int u = atomic_fetch_add_explicit(&P->next, P->chunk, memory_order_relaxed);
+    if (u >= n) return false;
+    *u0 = u;
+    *u1 = RP_MIN(n, u + P->chunk);
+    return true;
+}
+
+/* units per claim: about 4 claims per thread, at least 1 */
+static int attn_chunk(int n_units, int nth) {
+    return RP_MAX(1, n_units / (4 * nth));
+}
 
 /* item i: tile, KV head, head chunk */
 static void item_of(const attn_plan *P, int i, int *tile, int *g, int *hc) {
@@ -524,26 +544,30 @@ static void item_splits(const attn_plan *P, int i, int *s0, int *s1) {
 
 /* whole items, splits merged in order */
 static void attn_items_task(void *arg, int ith, int nth) {
-    const attn_plan *P = arg;
+    attn_plan *P = arg;
+    (void)ith;
+    (void)nth;
     const int dv = P->a->head_dim_v;
     float m[RP_ATTN_MAXQ], l[RP_ATTN_MAXQ], ms[RP_ATTN_MAXQ], ls[RP_ATTN_MAXQ];
     bool seen[RP_ATTN_MAXQ], has[RP_ATTN_MAXQ];
     _Alignas(64) float o[RP_ATTN_MAXQ * RP_ATTN_MAXD], os[RP_ATTN_MAXQ * RP_ATTN_MAXD];
-    for (int i = ith; i < P->n_items; i += nth) {
-        int s0, s1;
-        item_splits(P, i, &s0, &s1);
-        for (int q = 0; q < RP_ATTN_MAXQ; q++) seen[q] = false;
-        for (int s = s0; s < s1; s++) {
-            item_split(P, i, s, ms, ls, os, has);
-            for (int q = 0; q < RP_ATTN_MAXQ; q++)
-                if (has[q]) {
-                    attn_merge(!seen[q], &m[q], &l[q], o + (size_t)q * dv, ms[q], ls[q],
-                               os + (size_t)q * dv, dv);
-                    seen[q] = true;
-                }
+    int i0, i1;
+    while (attn_claim(P, P->n_items, &i0, &i1))
+        for (int i = i0; i < i1; i++) {
+            int s0, s1;
+            item_splits(P, i, &s0, &s1);
+            for (int q = 0; q < RP_ATTN_MAXQ; q++) seen[q] = false;
+            for (int s = s0; s < s1; s++) {
+                item_split(P, i, s, ms, ls, os, has);
+                for (int q = 0; q < RP_ATTN_MAXQ; q++)
+                    if (has[q]) {
+                        attn_merge(!seen[q], &m[q], &l[q], o + (size_t)q * dv, ms[q], ls[q],
+                                   os + (size_t)q * dv, dv);
+                        seen[q] = true;
+                    }
+            }
+            item_store(P, i, l, o);
         }
-        item_store(P, i, l, o);
-    }
 }
 
 static float *part_at(const attn_plan *P, int i, int s) {
@@ -553,41 +577,49 @@ static float *part_at(const attn_plan *P, int i, int s) {
 
 /* split-spread mode, pass 1: (item, split) pairs */
 static void attn_parts_task(void *arg, int ith, int nth) {
-    const attn_plan *P = arg;
+    attn_plan *P = arg;
+    (void)ith;
+    (void)nth;
     bool has[RP_ATTN_MAXQ];
     const int n_units = P->n_items * P->n_spl;
-    for (int u = ith; u < n_units; u += nth) {
-        const int i = u / P->n_spl, s = u % P->n_spl;
-        int s0, s1;
-        item_splits(P, i, &s0, &s1);
-        float *pp = part_at(P, i, s);
-        for (int q = 0; q < RP_ATTN_MAXQ; q++) has[q] = false;
-        if (s >= s0 && s < s1)
-            item_split(P, i, s, pp, pp + RP_ATTN_MAXQ, pp + 3 * RP_ATTN_MAXQ, has);
-        for (int q = 0; q < RP_ATTN_MAXQ; q++) pp[2 * RP_ATTN_MAXQ + q] = has[q] ? 1.0f : 0.0f;
-    }
+    int u0, u1;
+    while (attn_claim(P, n_units, &u0, &u1))
+        for (int u = u0; u < u1; u++) {
+            const int i = u / P->n_spl, s = u % P->n_spl;
+            int s0, s1;
+            item_splits(P, i, &s0, &s1);
+            float *pp = part_at(P, i, s);
+            for (int q = 0; q < RP_ATTN_MAXQ; q++) has[q] = false;
+            if (s >= s0 && s < s1)
+                item_split(P, i, s, pp, pp + RP_ATTN_MAXQ, pp + 3 * RP_ATTN_MAXQ, has);
+            for (int q = 0; q < RP_ATTN_MAXQ; q++) pp[2 * RP_ATTN_MAXQ + q] = has[q] ? 1.0f : 0.0f;
+        }
 }
 
 /* pass 2: every item's splits merged in order */
 static void attn_merge_task(void *arg, int ith, int nth) {
-    const attn_plan *P = arg;
+    attn_plan *P = arg;
+    (void)ith;
+    (void)nth;
     const int dv = P->a->head_dim_v;
     float m[RP_ATTN_MAXQ], l[RP_ATTN_MAXQ];
     bool seen[RP_ATTN_MAXQ];
     _Alignas(64) float o[RP_ATTN_MAXQ * RP_ATTN_MAXD];
-    for (int i = ith; i < P->n_items; i += nth) {
-        for (int q = 0; q < RP_ATTN_MAXQ; q++) seen[q] = false;
-        for (int s = 0; s < P->n_spl; s++) {
-            const float *pp = part_at(P, i, s), *po = pp + 3 * RP_ATTN_MAXQ;
-            for (int q = 0; q < RP_ATTN_MAXQ; q++)
-                if (pp[2 * RP_ATTN_MAXQ + q] != 0.0f) {
-                    attn_merge(!seen[q], &m[q], &l[q], o + (size_t)q * dv, pp[q],
-                               pp[RP_ATTN_MAXQ + q], po + (size_t)q * dv, dv);
-                    seen[q] = true;
-                }
+    int i0, i1;
+    while (attn_claim(P, P->n_items, &i0, &i1))
+        for (int i = i0; i < i1; i++) {
+            for (int q = 0; q < RP_ATTN_MAXQ; q++) seen[q] = false;
+            for (int s = 0; s < P->n_spl; s++) {
+                const float *pp = part_at(P, i, s), *po = pp + 3 * RP_ATTN_MAXQ;
+                for (int q = 0; q < RP_ATTN_MAXQ; q++)
+                    if (pp[2 * RP_ATTN_MAXQ + q] != 0.0f) {
+                        attn_merge(!seen[q], &m[q], &l[q], o + (size_t)q * dv, pp[q],
+                                   pp[RP_ATTN_MAXQ + q], po + (size_t)q * dv, dv);
+                        seen[q] = true;
+                    }
+            }
+            item_store(P, i, l, o);
         }
-        item_store(P, i, l, o);
-    }
 }
 
 void rp_attention(rp_compute *cc, const rp_attn_args *a, float *scratch, size_t per_thread) {
@@ -621,10 +653,16 @@ void rp_attention(rp_compute *cc, const rp_attn_args *a, float *scratch, size_t 
                              (size_t)(3 + a->head_dim_v) * sizeof(float);
         P.part = rp_pool_shared_scratch(cc->pool, bytes);
         if (P.part) {
+            P.chunk = attn_chunk(P.n_items * P.n_spl, nth);
+            atomic_store(&P.next, 0);
             rp_pool_run(cc->pool, attn_parts_task, &P);
+            P.chunk = 1;
+            atomic_store(&P.next, 0);
             rp_pool_run(cc->pool, attn_merge_task, &P);
             return;
         }
     }
+    P.chunk = attn_chunk(P.n_items, nth);
+    atomic_store(&P.next, 0);
     rp_pool_run(cc->pool, attn_items_task, &P);
 }
