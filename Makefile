@@ -5,7 +5,8 @@
 #   make test       build release + sanitizer trees, run the whole suite in both
 #   make san        build the ASan+UBSan tree (build-san/)
 #   make fuzz       build the libFuzzer targets (clang) and run each for FUZZ_SECONDS
-#   make soak       64 clients x 1000 mixed requests against serve --parallel 4 (long)
+#   make soak       64 clients x 1000 mixed requests against serve --parallel 4 (long;
+#                   SAN=1: the ASan+UBSan+LSan tree)
 #   make format     clang-format every C source in place
 #   make bench      run the benchmark scripts under bench/ (long)
 #   make install    PREFIX=/usr/local DESTDIR= (scripts/packaging.mk); make uninstall
@@ -110,8 +111,9 @@ unit: all
 fuzz:
 	@tests/fuzz/run.sh
 
-soak: all
-	@BUILD=$(BUILD) tests/soak/soak.sh
+# make soak SAN=1: the ASan+UBSan tree (build-san), leaks checked at the server's exit
+soak: $(if $(filter 1,$(SAN)),san,all)
+	@BUILD=$(if $(filter 1,$(SAN)),build-san,$(BUILD)) tests/soak/soak.sh
 
 bench: all
 	@for s in bench/*.sh; do echo "== $$s"; $$s || exit 1; done

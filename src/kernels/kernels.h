@@ -65,6 +65,10 @@ typedef struct rp_pack_ops {
     void (*gemm)(int n, int64_t rows, const void *packed, int64_t p0, int64_t p1, int nt,
                  const void *xq, size_t ldx, const void *xe, size_t lde, float *y, size_t ldy);
 } rp_pack_ops;
+/* the shape of rp_pack_ops.gemm */
+typedef void (*rp_pack_gemm_fn)(int n, int64_t rows, const void *packed, int64_t p0, int64_t p1,
+                                int nt, const void *xq, size_t ldx, const void *xe, size_t lde,
+                                float *y, size_t ldy);
 
 /* Attention over one split of keys: queries i < nq (rows q[i], dk floats)
  * against the keys at positions [k0, k1) of one KV head (position p in cell
@@ -106,7 +110,22 @@ typedef void (*rp_conv_token_fn)(float *x, float *h, const float *w, int k, int 
 
 typedef struct rp_kernels {
     rp_isa isa;
-    rp_vec_dot_fn vec_dot[RP_TYPE_COUNT];     /* by weight type */
+    rp_vec_dot_fn vec_dot[RP_TYPE_COUNT]; /* by weight type */
+    /* optional, by weight type: the float order of llama.cpp's x86 prompt
+     * path where it differs from its vec_dot's (which one-token decodes and
+     * small batches take). A product runs it on the tokens
+     * rp_matmul_batch_tokens names, on packed weights (pack_gemm_batch);
+     * other paths keep vec_dot's order, so a batch is then not
+     * its tokens one at a time, as in llama.cpp:
+     *   Q4_K: the repacked 4-row gemm (ggml_gemm_q4_K_8x8_q8_K) on the tokens
+     *     of whole groups of 4: per 64 elements (groups 2c, 2c+1) acc =
+     *     fma(sum, dw*dx, acc), accm = fma(min sum, dmin*dx, accm);
+     *   Q6_K: the tiled K-quant matmul (ggml-cpu/tiled, VNNI) of 8 or more
+     *     tokens: per super-block the exact sum S (values minus 32),
+     *     acc = fma((float)S * dw, dx, acc). */
+    rp_vec_dot_fn vec_dot_batch[RP_TYPE_COUNT];
+    /* optional, by weight type: rp_pack_ops.gemm in vec_dot_batch's order */
+    rp_pack_gemm_fn pack_gemm_batch[RP_TYPE_COUNT];
     rp_act_quant_fn act_quant[RP_TYPE_COUNT]; /* by vec_dot_type; NULL for F32 */
     rp_gemv_fn gemv[RP_TYPE_COUNT];           /* optional, by weight type */
     const rp_gemm_ops *gemm[RP_TYPE_COUNT];   /* optional, by weight type */

@@ -30,6 +30,14 @@ static inline int hsum_i32(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
+/* llama.cpp's tiled K-quant order (kernels_ref.c, tiled_step): per super-block
+ * r = (float)s * dw, r = fma(-dmin, (float)m, r), acc = fma(r, dx, acc). */
+static inline float tiled_step(float acc, int32_t s, int32_t m, float dw, float dmin, float dx) {
+    float r = (float)s * dw;
+    r = fmaf(-dmin, (float)m, r);
+    return fmaf(r, dx, acc);
+}
+
 /* unsigned a (bytes < 128 or any u8 with |pair sums| < 2^15) times signed b:
  * 8 int32 lanes of 4 consecutive bytes */
 static inline __m256i dot_u8(__m256i a, __m256i b) {
@@ -274,9 +282,8 @@ static void vec_dot_q2_K_avx2(int n, float *s, const void *w, const void *x) {
 static void vec_dot_q3_K_avx2(int n, float *s, const void *w, const void *x) {
     const block_q3_K *a = w;
     const block_q8_K *b = x;
-    __m256 acc = _mm256_setzero_ps();
+    float acc = 0;
     for (int i = 0; i < n / QK_K; i++) {
-        const float d = b[i].d * f16(a[i].d);
         int sc[16];
         for (int j = 0; j < 16; j++) sc[j] = rp_q3k_scale(j, a[i].scales);
         const __m256i hbits = _mm256_loadu_si256((const __m256i *)a[i].hmask);
@@ -300,9 +307,9 @@ static void vec_dot_q3_K_avx2(int n, float *s, const void *w, const void *x) {
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, scv));
             }
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc = tiled_step(acc, hsum_i32(sumi), 0, f16(a[i].d), 0, b[i].d);
     }
-    *s = hsum256(acc);
+    *s = acc;
 }
 
 static void vec_dot_q4_K_avx2(int n, float *s, const void *w, const void *x) {
@@ -335,16 +342,12 @@ static void vec_dot_q4_K_avx2(int n, float *s, const void *w, const void *x) {
 static void vec_dot_q5_K_avx2(int n, float *s, const void *w, const void *x) {
     const block_q5_K *a = w;
     const block_q8_K *b = x;
-    __m256 acc = _mm256_setzero_ps();
-    float summs = 0;
+    float acc = 0;
     for (int i = 0; i < n / QK_K; i++) {
-        const float d = b[i].d * f16(a[i].d);
-        const float dmin = -b[i].d * f16(a[i].dmin);
         uint8_t sc[8], mn[8];
         for (int j = 0; j < 8; j++) rp_k4_scale_min(j, a[i].scales, &sc[j], &mn[j]);
         int total = 0;
         for (int j = 0; j < 8; j++) total += mn[j] * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
-        summs = fmaf(dmin, (float)total, summs);
         const __m256i hbits = _mm256_loadu_si256((const __m256i *)a[i].qh);
         __m256i sumi = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
@@ -363,16 +366,16 @@ static void vec_dot_q5_K_avx2(int n, float *s, const void *w, const void *x) {
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1),
                                                             _mm256_set1_epi16(sc[2 * c + 1])));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc = tiled_step(acc, hsum_i32(sumi), total, f16(a[i].d), f16(a[i].dmin), b[i].d);
     }
-    *s = hsum256(acc) + summs;
+    *s = acc;
 }
 
 static void vec_dot_q6_K_avx2(int n, float *s, const void *w, const void *x) {
     const block_q6_K *a = w;
     const block_q8_K *b = x;
     __m256 acc = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3), m32 = _mm256_set1_epi8(32);
+    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
     for (int i = 0; i < n / QK_K; i++) {
         const float d = b[i].d * f16(a[i].d);
         __m256i sumi = _mm256_setzero_si256();
@@ -395,15 +398,18 @@ static void vec_dot_q6_K_avx2(int n, float *s, const void *w, const void *x) {
             for (int k = 0; k < 4; k++) {
                 const int g = 8 * h + 2 * k;
                 __m256i xv = _mm256_loadu_si256((const __m256i *)(b[i].qs + 128 * h + 32 * k));
-                /* (q - 32) * x = q*x - 32*x, both as unsigned-by-signed products */
-                __m256i p16 =
-                    _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], xv), _mm256_maddubs_epi16(m32, xv));
+                __m256i p16 = _mm256_maddubs_epi16(q[k], xv);
                 const short s0 = a[i].scales[g], s1 = a[i].scales[g + 1];
                 __m256i scv = _mm256_setr_epi16(s0, s0, s0, s0, s0, s0, s0, s0, s1, s1, s1, s1, s1,
                                                 s1, s1, s1);
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, scv));
             }
         }
+        /* the offset 32 per lane from the 16-group sums (see the ref) */
+        const __m256i off =
+            _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)b[i].bsums),
+                              _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a[i].scales)));
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(off, 5));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
     *s = hsum256(acc);
@@ -414,7 +420,7 @@ static void vec_dot_iq4_xs_avx2(int n, float *s, const void *w, const void *x) {
     const block_q8_K *b = x;
     const __m256i lut =
         _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)rp_kvalues_iq4nl));
-    __m256 acc = _mm256_setzero_ps();
+    float acc = 0;
     for (int i = 0; i < n / QK_K; i++) {
         __m256i sumi = _mm256_setzero_si256();
         for (int ib = 0; ib < 8; ib++) {
@@ -426,9 +432,9 @@ static void vec_dot_iq4_xs_avx2(int n, float *s, const void *w, const void *x) {
             __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(xv, v));
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, _mm256_set1_epi16((short)ls)));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i].d) * b[i].d), _mm256_cvtepi32_ps(sumi), acc);
+        acc = tiled_step(acc, hsum_i32(sumi), 0, f16(a[i].d), 0, b[i].d);
     }
-    *s = hsum256(acc);
+    *s = acc;
 }
 
 /* ---- activation encodings ---------------------------------------------------- */

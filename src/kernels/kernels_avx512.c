@@ -608,7 +608,7 @@ static void prep_q5_K(const void *row, int sb, ks_sb *o) {
 
 static void prep_q6_K(const void *row, int sb, ks_sb *o) {
     const block_q6_K *x = (const block_q6_K *)row + sb;
-    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3), m32 = _mm256_set1_epi8(32);
+    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
     for (int h = 0; h < 2; h++) {
         const __m256i l0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h));
         const __m256i l1 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32));
@@ -625,9 +625,9 @@ static void prep_q6_K(const void *row, int sb, ks_sb *o) {
         q[3] =
             _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m3), 4));
-        for (int k = 0; k < 4; k++)
-            _mm256_storeu_si256((__m256i *)(o->v + 128 * h + 32 * k), _mm256_sub_epi8(q[k], m32));
+        for (int k = 0; k < 4; k++) _mm256_storeu_si256((__m256i *)(o->v + 128 * h + 32 * k), q[k]);
     }
+    /* unsigned values: the offset 32 comes per lane from the 16-group sums */
     for (int g = 0; g < 16; g++) o->sc[g] = pair16(x->scales[g], x->scales[g]);
     memset(o->mn, 0, sizeof o->mn);
     o->dw = f16(x->d);
@@ -678,9 +678,11 @@ static inline ks_sb *ks_rows(void *scratch) {
 
 /* "lanes" K-quants (Q3_K, Q5_K, Q6_K): per super-block and lane,
  * acc[l] = fma(dx*dw, lane sum, acc[l]); with_min adds Q5_K's
- * summs = fma(-dx*dmin, min sum, summs) after the reduction. */
-static void ks_lanes_run(int n, int nr, const void *w, size_t ldw, const void *xp, int cnt,
-                         float *y, size_t ldy, void *scratch, ks_prep_fn prep, bool with_min) {
+ * summs = fma(-dx*dmin, min sum, summs) after the reduction; off32 (Q6_K)
+ * subtracts 32 * (sc[2l] bsums[2l] + sc[2l+1] bsums[2l+1]) from lane l. */
+static void ks_lanes_run_off(int n, int nr, const void *w, size_t ldw, const void *xp, int cnt,
+                             float *y, size_t ldy, void *scratch, ks_prep_fn prep, bool with_min,
+                             bool off32) {
     const int nsb = n / QK_K, ng = (cnt + RP_GEMM_GROUP - 1) / RP_GEMM_GROUP;
     const size_t gb = ks_group_bytes(n);
     ks_sb *rows = ks_rows(scratch);
@@ -720,6 +722,23 @@ static void ks_lanes_run(int n, int nr, const void *w, size_t ldw, const void *x
                         i1[l] = _mm512_dpwssd_epi32(i1[l], pb, l < 4 ? sb0 : sb1);
                     }
                 }
+                if (off32) {
+                    const __m512i *s16 = (const __m512i *)(xs + KS_S16);
+                    UNROLL8
+                    for (int l = 0; l < 8; l++) {
+                        const __m512i bs = _mm512_load_si512(s16 + l);
+                        const int pa = (int)((a->sc[2 * l] & 0xFFFF) | a->sc[2 * l + 1] << 16),
+                                  pb = (int)((b->sc[2 * l] & 0xFFFF) | b->sc[2 * l + 1] << 16);
+                        i0[l] = _mm512_sub_epi32(
+                            i0[l], _mm512_slli_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), bs,
+                                                                         _mm512_set1_epi32(pa)),
+                                                     5));
+                        i1[l] = _mm512_sub_epi32(
+                            i1[l], _mm512_slli_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), bs,
+                                                                         _mm512_set1_epi32(pb)),
+                                                     5));
+                    }
+                }
                 const __m512 dx = _mm512_load_ps((const float *)(xs + KS_DX));
                 const __m512 d0 = _mm512_mul_ps(dx, _mm512_set1_ps(a->dw)),
                              d1 = _mm512_mul_ps(dx, _mm512_set1_ps(b->dw));
@@ -754,6 +773,81 @@ static void ks_lanes_run(int n, int nr, const void *w, size_t ldw, const void *x
                 r = reduce8(f1);
                 store_tokens(yg + 1, ldy, with_min ? _mm512_add_ps(r, m1) : r, c);
             }
+        }
+    }
+}
+
+/* Q3_K, Q5_K in llama.cpp's tiled order (kernels_ref.c, tiled_step): per
+ * super-block the lanes' integer sums added into one exact s, r = (float)s *
+ * dw, with_min: r = fma(-dmin, (float)m, r), then acc = fma(r, dx, acc). */
+static void ks_tiled_run(int n, int nr, const void *w, size_t ldw, const void *xp, int cnt,
+                         float *y, size_t ldy, void *scratch, ks_prep_fn prep, bool with_min) {
+    const int nsb = n / QK_K, ng = (cnt + RP_GEMM_GROUP - 1) / RP_GEMM_GROUP;
+    const size_t gb = ks_group_bytes(n);
+    ks_sb *rows = ks_rows(scratch);
+    for (int r0 = 0; r0 < nr; r0 += 2) {
+        const int nrow = nr - r0 >= 2 ? 2 : 1;
+        ks_sb *R[2] = {rows, rows + nsb};
+        for (int i = 0; i < nrow; i++)
+            for (int sb = 0; sb < nsb; sb++)
+                prep((const char *)w + (size_t)(r0 + i) * ldw, sb, &R[i][sb]);
+        if (nrow == 1) R[1] = R[0];
+        for (int g = 0; g < ng; g++) {
+            const uint8_t *xg = (const uint8_t *)xp + (size_t)g * gb;
+            __m512 f0 = _mm512_setzero_ps(), f1 = f0;
+            for (int sb = 0; sb < nsb; sb++) {
+                const uint8_t *xs = xg + (size_t)sb * KS_BYTES;
+                const __m512i *xu = (const __m512i *)xs;
+                const ks_sb *a = &R[0][sb], *b = &R[1][sb];
+                __m512i i0[8], i1[8];
+                UNROLL8
+                for (int l = 0; l < 8; l++) {
+                    i0[l] = _mm512_set1_epi32(a->corr[l]);
+                    i1[l] = _mm512_set1_epi32(b->corr[l]);
+                }
+                for (int c = 0; c < 8; c++) {
+                    const __m512i sa0 = _mm512_set1_epi32((int)a->sc[2 * c]),
+                                  sa1 = _mm512_set1_epi32((int)a->sc[2 * c + 1]);
+                    const __m512i sb0 = _mm512_set1_epi32((int)b->sc[2 * c]),
+                                  sb1 = _mm512_set1_epi32((int)b->sc[2 * c + 1]);
+                    UNROLL8
+                    for (int l = 0; l < 8; l++) {
+                        const __m512i x = _mm512_load_si512(xu + 8 * c + l);
+                        const __m512i pa = _mm512_maddubs_epi16(x, bcast32(a->v + 32 * c + 4 * l));
+                        const __m512i pb = _mm512_maddubs_epi16(x, bcast32(b->v + 32 * c + 4 * l));
+                        i0[l] = _mm512_dpwssd_epi32(i0[l], pa, l < 4 ? sa0 : sa1);
+                        i1[l] = _mm512_dpwssd_epi32(i1[l], pb, l < 4 ? sb0 : sb1);
+                    }
+                }
+                const __m512 dx = _mm512_load_ps((const float *)(xs + KS_DX));
+                __m512i s0 = i0[0], s1 = i1[0];
+                for (int l = 1; l < 8; l++) {
+                    s0 = _mm512_add_epi32(s0, i0[l]);
+                    s1 = _mm512_add_epi32(s1, i1[l]);
+                }
+                __m512 v0 = _mm512_mul_ps(_mm512_cvtepi32_ps(s0), _mm512_set1_ps(a->dw)),
+                       v1 = _mm512_mul_ps(_mm512_cvtepi32_ps(s1), _mm512_set1_ps(b->dw));
+                if (with_min) {
+                    const __m512i *s32 = (const __m512i *)(xs + KS_S32);
+                    __m512i t0 = _mm512_setzero_si512(), t1 = t0;
+                    UNROLL8
+                    for (int p = 0; p < 4; p++) {
+                        t0 = _mm512_dpwssd_epi32(t0, _mm512_load_si512(s32 + p),
+                                                 _mm512_set1_epi32((int)a->mn[p]));
+                        t1 = _mm512_dpwssd_epi32(t1, _mm512_load_si512(s32 + p),
+                                                 _mm512_set1_epi32((int)b->mn[p]));
+                    }
+                    v0 = _mm512_fnmadd_ps(_mm512_set1_ps(a->dmin), _mm512_cvtepi32_ps(t0), v0);
+                    v1 = _mm512_fnmadd_ps(_mm512_set1_ps(b->dmin), _mm512_cvtepi32_ps(t1), v1);
+                }
+                f0 = _mm512_fmadd_ps(v0, dx, f0);
+                f1 = _mm512_fmadd_ps(v1, dx, f1);
+            }
+            const int c =
+                cnt - g * RP_GEMM_GROUP < RP_GEMM_GROUP ? cnt - g * RP_GEMM_GROUP : RP_GEMM_GROUP;
+            float *yg = y + (size_t)g * RP_GEMM_GROUP * ldy + r0;
+            store_tokens(yg, ldy, f0, c);
+            if (nrow == 2) store_tokens(yg + 1, ldy, f1, c);
         }
     }
 }
@@ -841,9 +935,9 @@ static void ks_rows_run(int n, int nr, const void *w, size_t ldw, const void *xp
 
 KS_GEMM(q2_K, ks_rows_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep_q2_K, 8))
 KS_GEMM(q4_K, ks_rows_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep_q4_K, 4))
-KS_GEMM(q3_K, ks_lanes_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep_q3_K, false))
-KS_GEMM(q5_K, ks_lanes_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep_q5_K, true))
-KS_GEMM(q6_K, ks_lanes_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep_q6_K, false))
+KS_GEMM(q3_K, ks_tiled_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep_q3_K, false))
+KS_GEMM(q5_K, ks_tiled_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep_q5_K, true))
+KS_GEMM(q6_K, ks_lanes_run_off(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep_q6_K, false, true))
 
 /* ---- matrix x vector, K-quants --------------------------------------------- */
 
@@ -894,21 +988,20 @@ static void gemv_q4_K(int n, int nr, const void *w, size_t ldw, const void *x, f
     }
 }
 
-/* Q5_K (lanes + summs): lane sums in two 256-bit halves folded together. */
+/* Q5_K in llama.cpp's tiled order (ks_tiled_run): one exact integer sum per
+ * super-block. */
 static void gemv_q5_K(int n, int nr, const void *w, size_t ldw, const void *x, float *y) {
     const int nsb = n / QK_K;
     const block_q8_K *xb = x;
     for (int r = 0; r < nr; r++) {
         const block_q5_K *a = (const block_q5_K *)((const char *)w + (size_t)r * ldw);
-        __m256 acc = _mm256_setzero_ps();
-        float summs = 0;
+        float acc = 0;
         for (int i = 0; i < nsb; i++) {
             uint8_t sc[8], mn[8];
             k4_scales(a[i].scales, sc, mn);
             int total = 0;
             for (int j = 0; j < 8; j++)
                 total += mn[j] * (xb[i].bsums[2 * j] + xb[i].bsums[2 * j + 1]);
-            summs = fmaf(-xb[i].d * f16(a[i].dmin), (float)total, summs);
             const __m256i hb = _mm256_loadu_si256((const __m256i *)a[i].qh);
             const __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(hb), hb, 1);
             __m512i s = _mm512_setzero_si512();
@@ -922,16 +1015,16 @@ static void gemv_q5_K(int n, int nr, const void *w, size_t ldw, const void *x, f
                 const __m512i p = _mm512_maddubs_epi16(q, _mm512_loadu_si512(xb[i].qs + 64 * c));
                 s = _mm512_dpwssd_epi32(s, p, scale_pair16(sc[2 * c], sc[2 * c + 1]));
             }
-            const __m256i s8 =
-                _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
-            acc =
-                _mm256_fmadd_ps(_mm256_set1_ps(xb[i].d * f16(a[i].d)), _mm256_cvtepi32_ps(s8), acc);
+            float rr = (float)_mm512_reduce_add_epi32(s) * f16(a[i].d);
+            rr = fmaf(-f16(a[i].dmin), (float)total, rr);
+            acc = fmaf(rr, xb[i].d, acc);
         }
-        y[r] = hsum256(acc) + summs;
+        y[r] = acc;
     }
 }
 
-/* Q6_K (lanes): values minus 32 via a precomputed 32*x, per-16 scales. */
+/* Q6_K (lanes): unsigned values, per-16 scales, the offset 32 per lane from
+ * the 16-group sums. */
 static void gemv_q6_K(int n, int nr, const void *w, size_t ldw, const void *x, float *y) {
     const int nsb = n / QK_K;
     const block_q8_K *xb = x;
@@ -963,12 +1056,8 @@ static void gemv_q6_K(int n, int nr, const void *w, size_t ldw, const void *x, f
                     _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hh, sh23), m3), 4));
                 const __m512i x01 = _mm512_loadu_si512(xb[i].qs + 128 * h),
                               x23 = _mm512_loadu_si512(xb[i].qs + 128 * h + 64);
-                const __m512i p01 =
-                    _mm512_sub_epi16(_mm512_maddubs_epi16(q01, x01),
-                                     _mm512_maddubs_epi16(_mm512_set1_epi8(32), x01));
-                const __m512i p23 =
-                    _mm512_sub_epi16(_mm512_maddubs_epi16(q23, x23),
-                                     _mm512_maddubs_epi16(_mm512_set1_epi8(32), x23));
+                const __m512i p01 = _mm512_maddubs_epi16(q01, x01);
+                const __m512i p23 = _mm512_maddubs_epi16(q23, x23);
                 /* scales of the 16-groups: 8h+0..3 for q01, 8h+4..7 for q23 */
                 const __m512i s01 = _mm512_permutexvar_epi16(
                     _mm512_add_epi16(sidx, _mm512_set1_epi16((short)(8 * h))), scl);
@@ -977,8 +1066,12 @@ static void gemv_q6_K(int n, int nr, const void *w, size_t ldw, const void *x, f
                 s = _mm512_dpwssd_epi32(s, p01, s01);
                 s = _mm512_dpwssd_epi32(s, p23, s23);
             }
-            const __m256i s8 =
-                _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+            /* the offset 32 per lane from the 16-group sums (kernels_ref.c) */
+            const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb[i].bsums),
+                                                  _mm512_castsi512_si256(scl));
+            const __m256i s8 = _mm256_sub_epi32(
+                _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1)),
+                _mm256_slli_epi32(off, 5));
             acc =
                 _mm256_fmadd_ps(_mm256_set1_ps(xb[i].d * f16(a[i].d)), _mm256_cvtepi32_ps(s8), acc);
         }
@@ -1369,7 +1462,7 @@ static void p4k_xprep(int n, const void *xq, void *xe) {
 /* per token: exact super-block sums (group sums times their 6-bit scales),
  * acc = fma(sum, dw * dx, acc), accm = fma(min sum, dmin * dx, accm);
  * the result is acc - accm */
-ALWAYS_INLINE void p4k_tile(TILE_PARAMS, const int TT) {
+ALWAYS_INLINE void p4k_tile_impl(TILE_PARAMS, const int TT, const bool per64) {
     const __m512i m4 = _mm512_set1_epi8(0xF);
     __m512 acc[6], accm[6];
     UNROLL8
@@ -1402,7 +1495,28 @@ ALWAYS_INLINE void p4k_tile(TILE_PARAMS, const int TT) {
             for (int t = 0; t < TT; t++)
                 sum[t] = _mm512_add_epi32(sum[t], _mm512_add_epi32(_mm512_mullo_epi32(lo[t], sc0),
                                                                    _mm512_mullo_epi32(hi[t], sc1)));
+            if (per64) { /* llama.cpp's repacked gemm: both sums per 64 elements */
+                const __m512 dw =
+                    _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pw + P4K_D)));
+                const __m512 dmw =
+                    _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pw + P4K_D + 32)));
+                const __m512i mn = _mm512_load_si512(pw + P4K_MN + 64 * c);
+                UNROLL8
+                for (int t = 0; t < TT; t++) {
+                    const uint32_t *S = (const uint32_t *)(xe + (size_t)t * lde) + 4 * sb;
+                    const __m512i ms = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mn,
+                                                           _mm512_set1_epi32((int)S[c]));
+                    const __m512 dx =
+                        _mm512_set1_ps(((const block_q8_K *)(xq + (size_t)t * ldx))[sb].d);
+                    acc[t] =
+                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]), _mm512_mul_ps(dw, dx), acc[t]);
+                    accm[t] =
+                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(ms), _mm512_mul_ps(dmw, dx), accm[t]);
+                    sum[t] = _mm512_setzero_si512();
+                }
+            }
         }
+        if (per64) continue;
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pw + P4K_D)));
         const __m512 dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pw + P4K_D + 32)));
         UNROLL8
@@ -1423,7 +1537,16 @@ ALWAYS_INLINE void p4k_tile(TILE_PARAMS, const int TT) {
         store_panel(y + (size_t)t * ldy, r0, rows, _mm512_sub_ps(acc[t], accm[t]));
 }
 
+ALWAYS_INLINE void p4k_tile(TILE_PARAMS, const int TT) {
+    p4k_tile_impl(pw, nb, xq, ldx, xe, lde, y, ldy, r0, rows, TT, false);
+}
+
+ALWAYS_INLINE void p4k_tile_b(TILE_PARAMS, const int TT) {
+    p4k_tile_impl(pw, nb, xq, ldx, xe, lde, y, ldy, r0, rows, TT, true);
+}
+
 PANEL_GEMM(p4k_gemm, p4k_tile, 4, QK_K, P4K_BYTES)
+PANEL_GEMM(p4k_gemm_b, p4k_tile_b, 4, QK_K, P4K_BYTES)
 
 static const rp_pack_ops pack_q4_K = {p4k_bytes,  p4k_pack,  p4k_unpack,
                                       p4k_xbytes, p4k_xprep, p4k_gemm};
@@ -1495,41 +1618,44 @@ static void p6k_unpack(int64_t n, const void *packed, int64_t r, int64_t b0, int
     }
 }
 
-/* extras per super-block and (chunk, lane): int16 pair 32*(x0+x1), 32*(x2+x3) */
+/* extras per super-block: int16 pairs (bsums_2l, bsums_2l+1) for lane l */
 static size_t p6k_xbytes(int n) {
-    return (size_t)(n / QK_K) * 256;
+    return (size_t)(n / QK_K) * 32;
 }
 
 static void p6k_xprep(int n, const void *xq, void *xe) {
     const block_q8_K *x = xq;
     uint32_t *o = xe;
     for (int sb = 0; sb < n / QK_K; sb++)
-        for (int i = 0; i < 64; i++) {
-            const int8_t *q = x[sb].qs + 4 * i;
-            o[64 * sb + i] = pair16(32 * (q[0] + q[1]), 32 * (q[2] + q[3]));
-        }
+        for (int l = 0; l < 8; l++)
+            o[8 * sb + l] = pair16(x[sb].bsums[2 * l], x[sb].bsums[2 * l + 1]);
 }
 
-/* per token and lane: the lane's exact sum over the super-block (values minus
- * 32 through the precomputed 32 * x, per-16 scales), then
- * acc[l] = fma(dx * dw, sum, acc[l]) */
-ALWAYS_INLINE void p6k_tile(TILE_PARAMS, const int TT) {
+/* per token and lane: the lane's exact sum over the super-block (unsigned
+ * values, per-16 scales, minus 32 * (sc[2l] bsums[2l] + sc[2l+1] bsums[2l+1])
+ * as kernels_ref.c), then acc[l] = fma(dx * dw, sum, acc[l]) */
+ALWAYS_INLINE void p6k_tile_impl(TILE_PARAMS, const int TT, const bool tiled) {
     const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
     /* int16 lane pairs (2r, 2r + 1) <- word r of the low (even) or high (odd) group */
     const __m512i dup_lo = _mm512_set_epi16(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8,
                                             8, 7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
     const __m512i dup_hi = _mm512_add_epi16(dup_lo, _mm512_set1_epi16(16));
     __m512i scp[16]; /* (sc, sc) pairs of the 16 rows, per group */
+    __m512i sco[8];  /* (sc[2l], sc[2l+1]) pairs of the 16 rows, per lane */
     __m512 acc[6][8];
+    __m512i tot[6]; /* tiled: the exact super-block sum */
     UNROLL8
     for (int t = 0; t < TT; t++) UNROLL8
     for (int l = 0; l < 8; l++) acc[t][l] = _mm512_setzero_ps();
     for (int sb = 0; sb < nb; sb++, pw += P6K_BYTES) {
+        UNROLL8
+        for (int t = 0; t < TT; t++) tot[t] = _mm512_setzero_si512();
         for (int g = 0; g < 16; g += 2) {
             const __m512i s16 =
                 _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(pw + P6K_SC + g * 16)));
             scp[g] = _mm512_permutexvar_epi16(dup_lo, s16);
             scp[g + 1] = _mm512_permutexvar_epi16(dup_hi, s16);
+            sco[g / 2] = _mm512_mask_blend_epi16(0xAAAAAAAAu, scp[g], scp[g + 1]);
         }
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pw + P6K_D)));
         __m512 d[6];
@@ -1561,27 +1687,49 @@ ALWAYS_INLINE void p6k_tile(TILE_PARAMS, const int TT) {
                 UNROLL8
                 for (int t = 0; t < TT; t++) {
                     const int8_t *xs = ((const block_q8_K *)(xq + (size_t)t * ldx))[sb].qs;
-                    const uint32_t *mx = (const uint32_t *)(xe + (size_t)t * lde) + 64 * sb;
                     UNROLL8
                     for (int k = 0; k < 4; k++) {
                         const int c = 4 * h + k;
-                        const __m512i pr = _mm512_sub_epi16(
-                            _mm512_maddubs_epi16(q[k], bcast32(xs + 32 * c + 4 * l)),
-                            _mm512_set1_epi32((int)mx[8 * c + l]));
+                        const __m512i pr = _mm512_maddubs_epi16(q[k], bcast32(xs + 32 * c + 4 * l));
                         sum[t] = _mm512_dpwssd_epi32(sum[t], pr, scp[8 * h + 2 * k + (l >= 4)]);
                     }
                 }
             }
             UNROLL8
+            for (int t = 0; t < TT; t++) {
+                const uint32_t *bs = (const uint32_t *)(xe + (size_t)t * lde) + 8 * sb;
+                const __m512i off = _mm512_dpwssd_epi32(_mm512_setzero_si512(), sco[l],
+                                                        _mm512_set1_epi32((int)bs[l]));
+                sum[t] = _mm512_sub_epi32(sum[t], _mm512_slli_epi32(off, 5));
+                if (tiled)
+                    tot[t] = _mm512_add_epi32(tot[t], sum[t]);
+                else
+                    acc[t][l] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(sum[t]), acc[t][l]);
+            }
+        }
+        if (tiled) { /* llama.cpp's tiled matmul: fma((float)S * dw, dx, acc) */
+            UNROLL8
             for (int t = 0; t < TT; t++)
-                acc[t][l] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(sum[t]), acc[t][l]);
+                acc[t][0] = _mm512_fmadd_ps(
+                    _mm512_mul_ps(_mm512_cvtepi32_ps(tot[t]), dw),
+                    _mm512_set1_ps(((const block_q8_K *)(xq + (size_t)t * ldx))[sb].d), acc[t][0]);
         }
     }
     UNROLL8
-    for (int t = 0; t < TT; t++) store_panel(y + (size_t)t * ldy, r0, rows, reduce8(acc[t]));
+    for (int t = 0; t < TT; t++)
+        store_panel(y + (size_t)t * ldy, r0, rows, tiled ? acc[t][0] : reduce8(acc[t]));
+}
+
+ALWAYS_INLINE void p6k_tile(TILE_PARAMS, const int TT) {
+    p6k_tile_impl(pw, nb, xq, ldx, xe, lde, y, ldy, r0, rows, TT, false);
+}
+
+ALWAYS_INLINE void p6k_tile_b(TILE_PARAMS, const int TT) {
+    p6k_tile_impl(pw, nb, xq, ldx, xe, lde, y, ldy, r0, rows, TT, true);
 }
 
 PANEL_GEMM(p6k_gemm, p6k_tile, 4, QK_K, P6K_BYTES)
+PANEL_GEMM(p6k_gemm_b, p6k_tile_b, 4, QK_K, P6K_BYTES)
 
 static const rp_pack_ops pack_q6_K = {p6k_bytes,  p6k_pack,  p6k_unpack,
                                       p6k_xbytes, p6k_xprep, p6k_gemm};
@@ -1843,6 +1991,8 @@ void rp_kernels_fill_avx512(rp_kernels *k) {
     k->pack[RP_TYPE_Q8_0] = &pack_q8_0;
     k->pack[RP_TYPE_Q4_K] = &pack_q4_K;
     k->pack[RP_TYPE_Q6_K] = &pack_q6_K;
+    k->pack_gemm_batch[RP_TYPE_Q4_K] = p4k_gemm_b;
+    k->pack_gemm_batch[RP_TYPE_Q6_K] = p6k_gemm_b;
     k->pack[RP_TYPE_Q4_0] = &pack_q4_0;
     k->pack[RP_TYPE_IQ4_NL] = &pack_iq4_nl;
 }

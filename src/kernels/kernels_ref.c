@@ -201,6 +201,20 @@ static void vec_dot_iq4_nl_ref(int n, float *s, const void *w, const void *x) {
 
 /* ---- K-quants (256 weights) x Q8_K ------------------------------------------ */
 
+/* llama.cpp's tiled K-quant matmul (ggml-cpu/tiled, which its x86 builds run
+ * for Q3_K, Q5_K, Q6_K and IQ4_XS weights not repacked, on 8 or more tokens):
+ * per super-block the exact integer sums s (scale x value x activation) and m
+ * (min x activation sums; 0 without mins), r = (float)s * dw, then
+ * r = fma(-dmin, (float)m, r), and acc = fma(r, dx, acc) (GCC contracts the
+ * kernel's mul + add), super-blocks in order from acc = 0. reprise takes this order for
+ * every token count (llama.cpp's own fewer-than-8-token products use vec_dot's
+ * lanes: they differ from its batches in the last bits). */
+static inline float tiled_step(float acc, int32_t s, int32_t m, float dw, float dmin, float dx) {
+    float r = (float)s * dw;
+    r = fmaf(-dmin, (float)m, r);
+    return fmaf(r, dx, acc);
+}
+
 /* Q2_K (rows): sum = sum of scale(e) * q(e) * x(e), min_sum = sum over the 16
  * groups of min_g * bsums_g. */
 static void vec_dot_q2_K_ref(int n, float *s, const void *w, const void *x) {
@@ -224,21 +238,20 @@ static void vec_dot_q2_K_ref(int n, float *s, const void *w, const void *x) {
 static void vec_dot_q3_K_ref(int n, float *s, const void *w, const void *x) {
     const block_q3_K *a = w;
     const block_q8_K *b = x;
-    float acc[8] = {0};
+    float acc = 0;
     for (int i = 0; i < n / QK_K; i++) {
-        const float d = b[i].d * rp_fp16_to_fp32(a[i].d);
-        int32_t lane[8] = {0};
+        int32_t sum = 0;
         int sc[16];
         for (int j = 0; j < 16; j++) sc[j] = rp_q3k_scale(j, a[i].scales);
         for (int e = 0; e < QK_K; e++) {
             const int h = e / 128, k = (e % 128) / 32, l = e % 32;
             const int q =
                 ((a[i].qs[32 * h + l] >> (2 * k)) & 3) - ((a[i].hmask[l] >> (e / 32)) & 1 ? 0 : 4);
-            lane[(e % 32) / 4] += sc[e / 16] * q * b[i].qs[e];
+            sum += sc[e / 16] * q * b[i].qs[e];
         }
-        lanes_fma(acc, d, lane);
+        acc = tiled_step(acc, sum, 0, rp_fp16_to_fp32(a[i].d), 0, b[i].d);
     }
-    *s = rp_hsum8_ref(acc);
+    *s = acc;
 }
 
 /* Q4_K (rows): sum over the 8 groups of 32 of scale_g * q * x, min_sum over
@@ -263,32 +276,57 @@ static void vec_dot_q4_K_ref(int n, float *s, const void *w, const void *x) {
     *s = acc - accm;
 }
 
-/* Q5_K: the min term is one exact integer per super-block, accumulated as
- * summs = fma(-y.d*dmin, (float)total, summs) and added after the reduction. */
+/* Q4_K in llama.cpp's repacked 4-row gemm order (rp_kernels.vec_dot_batch):
+ * the same sums per 64 elements (groups 2c, 2c+1) instead of per super-block. */
+static void vec_dot_q4_K_batch_ref(int n, float *s, const void *w, const void *x) {
+    const block_q4_K *a = w;
+    const block_q8_K *b = x;
+    float acc = 0, accm = 0;
+    for (int i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], mn[8];
+        for (int j = 0; j < 8; j++) rp_k4_scale_min(j, a[i].scales, &sc[j], &mn[j]);
+        for (int c = 0; c < 4; c++) {
+            int32_t sum = 0, msum = 0;
+            for (int j = 2 * c; j < 2 * c + 2; j++)
+                msum += mn[j] * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
+            for (int e = 64 * c; e < 64 * c + 64; e++) {
+                const int l = e % 32;
+                const int q = e % 64 < 32 ? a[i].qs[32 * c + l] & 0xF : a[i].qs[32 * c + l] >> 4;
+                sum += sc[e / 32] * q * b[i].qs[e];
+            }
+            acc = fmaf((float)sum, rp_fp16_to_fp32(a[i].d) * b[i].d, acc);
+            accm = fmaf((float)msum, rp_fp16_to_fp32(a[i].dmin) * b[i].d, accm);
+        }
+    }
+    *s = acc - accm;
+}
+
+/* Q5_K: tiled_step with the mins (llama.cpp's tiled order). */
 static void vec_dot_q5_K_ref(int n, float *s, const void *w, const void *x) {
     const block_q5_K *a = w;
     const block_q8_K *b = x;
-    float acc[8] = {0}, summs = 0;
+    float acc = 0;
     for (int i = 0; i < n / QK_K; i++) {
-        const float d = b[i].d * rp_fp16_to_fp32(a[i].d);
-        const float dmin = -b[i].d * rp_fp16_to_fp32(a[i].dmin);
         uint8_t sc[8], mn[8];
         for (int j = 0; j < 8; j++) rp_k4_scale_min(j, a[i].scales, &sc[j], &mn[j]);
-        int total = 0;
+        int32_t total = 0, sum = 0;
         for (int j = 0; j < 8; j++) total += mn[j] * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
-        summs = fmaf(dmin, (float)total, summs);
-        int32_t lane[8] = {0};
         for (int e = 0; e < QK_K; e++) {
             const int c = e / 64, l = e % 32, hi = e % 64 >= 32;
             const int q = (hi ? a[i].qs[32 * c + l] >> 4 : a[i].qs[32 * c + l] & 0xF) +
                           (((a[i].qh[l] >> (2 * c + hi)) & 1) << 4);
-            lane[l / 4] += sc[e / 32] * q * b[i].qs[e];
+            sum += sc[e / 32] * q * b[i].qs[e];
         }
-        lanes_fma(acc, d, lane);
+        acc = tiled_step(acc, sum, total, rp_fp16_to_fp32(a[i].d), rp_fp16_to_fp32(a[i].dmin),
+                         b[i].d);
     }
-    *s = rp_hsum8_ref(acc) + summs;
+    *s = acc;
 }
 
+/* Q6_K (lanes): the unsigned 6-bit values q in the lanes of their elements;
+ * the offset -32 comes from the activation's 16-group sums, lane L taking
+ * that of groups 2L and 2L+1: lane[L] -= 32 * (sc[2L] * bsums[2L] +
+ * sc[2L+1] * bsums[2L+1]) (llama.cpp's AVX2 ggml_vec_dot_q6_K_q8_K). */
 static void vec_dot_q6_K_ref(int n, float *s, const void *w, const void *x) {
     const block_q6_K *a = w;
     const block_q8_K *b = x;
@@ -299,21 +337,45 @@ static void vec_dot_q6_K_ref(int n, float *s, const void *w, const void *x) {
         for (int e = 0; e < QK_K; e++) {
             const int h = e / 128, k = (e % 128) / 32, l = e % 32;
             const uint8_t lo = a[i].ql[64 * h + l + 32 * (k & 1)];
-            const int q =
-                ((k < 2 ? lo & 0xF : lo >> 4) | ((a[i].qh[32 * h + l] >> (2 * k)) & 3) << 4) - 32;
+            const int q = (k < 2 ? lo & 0xF : lo >> 4) | ((a[i].qh[32 * h + l] >> (2 * k)) & 3)
+                                                             << 4;
             lane[l / 4] += a[i].scales[e / 16] * q * b[i].qs[e];
         }
+        for (int L = 0; L < 8; L++)
+            lane[L] -= 32 * (a[i].scales[2 * L] * b[i].bsums[2 * L] +
+                             a[i].scales[2 * L + 1] * b[i].bsums[2 * L + 1]);
         lanes_fma(acc, d, lane);
     }
     *s = rp_hsum8_ref(acc);
 }
 
+/* Q6_K in llama.cpp's tiled K-quant matmul order (rp_kernels.vec_dot_batch):
+ * per super-block the exact sum S of scale * (q - 32) * x, then
+ * acc = fma((float)S * dw, dx, acc). */
+static void vec_dot_q6_K_batch_ref(int n, float *s, const void *w, const void *x) {
+    const block_q6_K *a = w;
+    const block_q8_K *b = x;
+    float acc = 0;
+    for (int i = 0; i < n / QK_K; i++) {
+        int32_t sum = 0;
+        for (int e = 0; e < QK_K; e++) {
+            const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+            const uint8_t lo = a[i].ql[64 * h + l + 32 * (k & 1)];
+            const int q =
+                ((k < 2 ? lo & 0xF : lo >> 4) | ((a[i].qh[32 * h + l] >> (2 * k)) & 3) << 4) - 32;
+            sum += a[i].scales[e / 16] * q * b[i].qs[e];
+        }
+        acc = fmaf((float)sum * rp_fp16_to_fp32(a[i].d), b[i].d, acc);
+    }
+    *s = acc;
+}
+
 static void vec_dot_iq4_xs_ref(int n, float *s, const void *w, const void *x) {
     const block_iq4_xs *a = w;
     const block_q8_K *b = x;
-    float acc[8] = {0};
+    float acc = 0;
     for (int i = 0; i < n / QK_K; i++) {
-        int32_t lane[8] = {0};
+        int32_t sum = 0;
         for (int ib = 0; ib < 8; ib++) {
             const int ls = (((a[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) |
                             (((a[i].scales_h >> (2 * ib)) & 3) << 4)) -
@@ -321,12 +383,12 @@ static void vec_dot_iq4_xs_ref(int n, float *s, const void *w, const void *x) {
             for (int e = 0; e < 32; e++) {
                 const uint8_t byte = a[i].qs[16 * ib + e % 16];
                 const int v = rp_kvalues_iq4nl[e < 16 ? byte & 0xF : byte >> 4];
-                lane[e / 4] += ls * v * b[i].qs[32 * ib + e];
+                sum += ls * v * b[i].qs[32 * ib + e];
             }
         }
-        lanes_fma(acc, rp_fp16_to_fp32(a[i].d) * b[i].d, lane);
+        acc = tiled_step(acc, sum, 0, rp_fp16_to_fp32(a[i].d), 0, b[i].d);
     }
-    *s = rp_hsum8_ref(acc);
+    *s = acc;
 }
 
 /* ---- gated delta-net ------------------------------------------------------ */
@@ -448,6 +510,8 @@ void rp_kernels_fill_ref(rp_kernels *k) {
     k->vec_dot[RP_TYPE_Q4_K] = vec_dot_q4_K_ref;
     k->vec_dot[RP_TYPE_Q5_K] = vec_dot_q5_K_ref;
     k->vec_dot[RP_TYPE_Q6_K] = vec_dot_q6_K_ref;
+    k->vec_dot_batch[RP_TYPE_Q4_K] = vec_dot_q4_K_batch_ref;
+    k->vec_dot_batch[RP_TYPE_Q6_K] = vec_dot_q6_K_batch_ref;
     k->vec_dot[RP_TYPE_IQ4_NL] = vec_dot_iq4_nl_ref;
     k->vec_dot[RP_TYPE_IQ4_XS] = vec_dot_iq4_xs_ref;
     k->act_quant[RP_TYPE_Q8_0] = rp_act_q8_0;

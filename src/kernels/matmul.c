@@ -20,7 +20,10 @@
  * read from memory once for all the tokens.
  *
  * Every path returns, for each output, exactly the float the type's vec_dot
- * returns: a batch equals the same tokens one at a time. */
+ * returns: a batch equals the same tokens one at a time; except where
+ * llama.cpp's x86 prompt path has its own order (rp_kernels.vec_dot_batch:
+ * Q4_K, Q6_K), which the packed kernels follow on the tokens
+ * rp_matmul_batch_tokens names. */
 #include "kernels/matmul.h"
 #include "kernels/kernels.h"
 #include "kernels/types.h"
@@ -166,16 +169,33 @@ static long panels(const rp_tensor *w) {
     return (long)((w->ne[1] + RP_PANEL - 1) / RP_PANEL);
 }
 
+int rp_matmul_batch_tokens(int type, int n_tok) {
+    switch (type) {
+    case RP_TYPE_Q4_K:
+        return n_tok >= 4 ? n_tok - n_tok % 4 : 0;
+    case RP_TYPE_Q6_K:
+        return n_tok >= 8 ? n_tok : 0;
+    default:
+        return 0;
+    }
+}
+
 /* Every token against the packed panels [p0, p1) of w, in chunks of tokens
- * whose activations stay in L2. */
+ * whose activations stay in L2; the first rp_matmul_batch_tokens tokens in
+ * the batch order when the type has one. */
 static void rows_packed(const mm_job *j, const rp_tensor *w, float *y, long p0, long p1) {
     const size_t rows = (size_t)w->ne[1];
     const int chunk = (int)RP_MAX((size_t)1, CHUNK_BYTES / (j->xq_stride + j->xe_stride));
-    for (int t0 = 0; t0 < j->n_tok; t0 += chunk) {
-        const int cnt = RP_MIN(chunk, j->n_tok - t0);
-        j->po->gemm(j->ne0, (int64_t)rows, w->pack, p0, p1, cnt, j->xq + (size_t)t0 * j->xq_stride,
-                    j->xq_stride, j->xe + (size_t)t0 * j->xe_stride, j->xe_stride,
-                    y + (size_t)t0 * rows, rows);
+    const rp_pack_gemm_fn gb = j->k->pack_gemm_batch[w->type];
+    const int nb = gb ? rp_matmul_batch_tokens(w->type, j->n_tok) : 0;
+    for (int t0 = 0; t0 < j->n_tok;) {
+        const int end = t0 < nb ? nb : j->n_tok;
+        const int cnt = RP_MIN(chunk, end - t0);
+        (t0 < nb ? gb : j->po->gemm)(j->ne0, (int64_t)rows, w->pack, p0, p1, cnt,
+                                     j->xq + (size_t)t0 * j->xq_stride, j->xq_stride,
+                                     j->xe + (size_t)t0 * j->xe_stride, j->xe_stride,
+                                     y + (size_t)t0 * rows, rows);
+        t0 += cnt;
     }
 }
 

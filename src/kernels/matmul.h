@@ -26,6 +26,12 @@ void rp_matmul(rp_compute *cc, const rp_tensor *w, const float *x, int n_tok, fl
 void rp_matmul_n(rp_compute *cc, int n, const rp_tensor *const *w, float *const *y, const float *x,
                  int n_tok);
 
+/* How many leading tokens of an n_tok product of a weight of this type take
+ * rp_kernels.vec_dot_batch's order on packed weights (llama.cpp's x86 prompt
+ * paths: Q4_K's repacked gemm on whole groups of 4 tokens, the rest by its
+ * gemv; Q6_K's tiled matmul from 8 tokens); 0 for the other types. */
+int rp_matmul_batch_tokens(int type, int n_tok);
+
 /* Builds t->pack when the running CPU's kernels have a faster layout for
  * t's type: *owned receives the buffer the caller must keep (and free) as long
  * as t is used, NULL if nothing was built. */

@@ -309,7 +309,7 @@ expect_error convert_empty_vocab "model.vocab is empty" "$BIN" convert "$T/hf1" 
 tj() { python3 -c "import json,sys; t=json.load(open(sys.argv[1])); $3; json.dump(t, open(sys.argv[2],'w'))" "$1" "$2"; }
 convert_warns() { # NAME FIXTURE PYTHON PATTERN: converts, rc 0, stderr matches PATTERN
     local d="$T/hf-$1"
-    mkdir -p "$d"; cp tests/fixtures/hf/"$2"/* "$d/" 2>/dev/null
+    mkdir -p "$d"; find tests/fixtures/hf/"$2" -maxdepth 1 -type f -exec cp {} "$d/" \;
     tj "tests/fixtures/hf/$2/tokenizer.json" "$d/tokenizer.json" "$3"
     "$BIN" convert "$d" -o "$T/$1.gguf" > /dev/null 2> "$T/err"
     local rc=$?
@@ -323,7 +323,7 @@ convert_warns convert_spm_pre_tokenizer_warns llama "t['pre_tokenizer'] = {'type
     "pre_tokenizer 'Digits' is not applied to a SentencePiece-style"
 "$BIN" convert tests/fixtures/hf/qwen2 -o "$T/q.gguf" > /dev/null 2> "$T/err"
 if [ $? -eq 0 ] && ! grep -qi "warn" "$T/err"; then ok convert_known_normalizers_quiet; else fail convert_known_normalizers_quiet "$(head -c 300 "$T/err")"; fi
-mkdir -p "$T/hf-re"; cp tests/fixtures/hf/qwen2/* "$T/hf-re/"
+mkdir -p "$T/hf-re"; find tests/fixtures/hf/qwen2 -maxdepth 1 -type f -exec cp {} "$T/hf-re/" \;
 tj tests/fixtures/hf/qwen2/tokenizer.json "$T/hf-re/tokenizer.json" "t['pre_tokenizer']['pretokenizers'][0]['pattern']['Regex'] = '(['"
 expect_error convert_bad_split_regex "pre-tokenizer (1 Split regex(es) starting '(\['" "$BIN" convert "$T/hf-re" -o "$T/re.gguf"
 tj tests/fixtures/hf/qwen2/tokenizer.json "$T/hf-re/tokenizer.json" "t['pre_tokenizer'] = {'type': 'Sequence', 'pretokenizers': [{'type': 'Punctuation'}, {'type': 'ByteLevel', 'use_regex': False}]}"

@@ -11,8 +11,10 @@ G=tests/golden/types
 SRC="$S/models/synth/qwen3-tiny.gguf"
 # TYPE MAX_NMSE MIN_TOP1: the goal is 1e-6 and bit for bit; the types not
 # there yet carry twice their measured worst (docs/fidelity.md's table: the
-# K-quants and IQ4 matmul paths, BF16/F16's tinyBLAS order). Q4_0 .. Q5_1
-# differ from llama.cpp only through the Q6_K tied output (~1e-14).
+# K-quants Q2_K, Q4_K, Q6_K (repack / tiled orders not reproduced yet) and
+# BF16/F16's tinyBLAS order). Q4_0 .. Q5_1, IQ4_NL and IQ4_XS differ from
+# llama.cpp only through the Q6_K tied output (~1e-14); Q3_K_M and Q5_K_M's
+# Q3_K / Q5_K products are exact, their Q4_K / Q6_K tensors are not.
 BOUNDS="${QT_BOUNDS:-F32 1e-6 1
 F16 5e-6 0.99
 BF16 4e-4 0.97
@@ -22,12 +24,12 @@ Q5_0 1e-6 1
 Q5_1 1e-6 1
 Q8_0 0 1
 Q2_K 3e-3 0.9
-Q3_K_M 3e-3 0.9
+Q3_K_M 1e-3 0.9
 Q4_K_M 3e-3 0.8
-Q5_K_M 3e-3 0.85
+Q5_K_M 1e-3 0.9
 Q6_K 3e-3 0.9
-IQ4_NL 1e-3 0.85
-IQ4_XS 3e-3 0.85}"
+IQ4_NL 1e-6 1
+IQ4_XS 1e-6 1}"
 while read -r t bound top1; do
     m="$SRC"
     if [ "$t" != F32 ]; then

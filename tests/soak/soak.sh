@@ -3,10 +3,17 @@
 # (default 64) concurrent clients x SOAK_REQUESTS (default 1000) mixed requests
 # (tests/soak/soak.py); exits nonzero on a failed valid request, an invalid one
 # not answered 4xx, or a server that does not stop cleanly. BUILD picks the tree
-# (build-san: the LSan report at exit counts too).
+# (build-san: the LSan report at exit counts too). make soak SAN=1 builds and
+# soaks the ASan+UBSan tree, leaks checked at exit (tests/lsan.supp names the
+# third-party ones suppressed).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:allocator_may_return_null=1}"
+export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp:print_suppressions=1}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+SANITIZED=0
+[ -n "$(nm "$BUILD/reprise" 2> /dev/null | grep -m1 __asan_init)" ] && SANITIZED=1
 S=${REPRISE_SHARED:-../shared}
 T=$(mktemp -d /tmp/reprise-soak.XXXXXX)
 trap 'rm -rf "$T"' EXIT
@@ -24,7 +31,15 @@ rc=$?
 kill -TERM "$PID"
 wait "$PID"
 src=$?
-grep -E "LeakSanitizer|ERROR: AddressSanitizer" -A5 "$T/err" | head -20
+grep -E "LeakSanitizer|ERROR: AddressSanitizer|runtime error" -A5 "$T/err" | head -20
 [ "$src" -eq 0 ] || { echo "FAIL soak: the server exited $src"; rc=1; }
+if [ "$SANITIZED" = 1 ]; then
+    if grep -qE "LeakSanitizer|AddressSanitizer|runtime error" "$T/err"; then
+        echo "FAIL soak: a sanitizer report (above)"
+        rc=1
+    else
+        echo "soak: ASan/UBSan/LSan: no report at exit$(grep -q 'Suppressions used' "$T/err" && echo ", suppressed: $(sed -n '/Suppressions used/,/^$/p' "$T/err" | grep -v 'Suppressions used\|count' | tr -s ' ' | tr '\n' ';')")"
+    fi
+fi
 [ "$rc" -eq 0 ] && echo "ok soak" || echo "FAIL soak"
 exit $rc

@@ -224,6 +224,26 @@ static void check_type(rp_isa isa, int type, int n) {
             CHECK(!bad, "%s %s n=%d, %d tokens: packed product differs from vec_dot at %d outputs",
                   rp_isa_name(isa), t->name, n, nt, bad);
         }
+        /* llama.cpp's prompt order: the packed batch gemm equals the scalar
+         * vec_dot_batch, bit for bit */
+        if (K->pack_gemm_batch[type]) {
+            REQUIRE(R->vec_dot_batch[type], "%s: no scalar vec_dot_batch", t->name);
+            for (int nt = 1; nt <= toks; nt += nt < 9 ? 1 : 13) {
+                for (size_t i = 0; i < ldy * toks; i++) g[i] = NAN;
+                K->pack_gemm_batch[type](n, rows, pk, 0, 1, nt, xq, xb, xe, les, g, ldy);
+                K->pack_gemm_batch[type](n, rows, pk, 1, (rows + RP_PANEL - 1) / RP_PANEL, nt, xq,
+                                         xb, xe, les, g, ldy);
+                bad = 0;
+                for (int tk = 0; tk < nt; tk++)
+                    for (int r = 0; r < rows; r++) {
+                        float v;
+                        R->vec_dot_batch[type](n, &v, w + (size_t)r * rb, xq + (size_t)tk * xb);
+                        bad += !same_float(g[(size_t)tk * ldy + (size_t)r], v, true, 0);
+                    }
+                CHECK(!bad, "%s %s n=%d, %d tokens: packed batch order differs from scalar at %d",
+                      rp_isa_name(isa), t->name, n, nt, bad);
+            }
+        }
         free(g);
         free(row);
         rp_free_aligned(pk);
@@ -404,7 +424,9 @@ void test_kernels_attention_helpers(void) {
 
 /* Through the dispatcher: a batch of tokens gives, bit for bit, the outputs
  * of the same tokens one at a time (gemm vs packed or multi-row gemv vs
- * vec_dot), on 2 threads, for row counts that leave partial panels. */
+ * vec_dot), on 2 threads, for row counts that leave partial panels; the
+ * tokens a packed Q4_K/Q6_K batch takes in llama.cpp's prompt order give the
+ * scalar vec_dot_batch's. */
 void test_kernels_matmul_batch_equals_single(void) {
     const int n = 512, toks = 37;
     rp_compute cc = {.pool = rp_pool_new(2)};
@@ -445,10 +467,30 @@ void test_kernels_matmul_batch_equals_single(void) {
             float *y1[2] = {ys[0] + (size_t)tk * rows[0], ys[1] + (size_t)tk * rows[1]};
             rp_matmul_n(&cc, 2, tw, y1, x + (size_t)tk * n, 1);
         }
+        /* llama.cpp's prompt order (rp_kernels.vec_dot_batch) on the tokens
+         * rp_matmul_batch_tokens names: those outputs are the batch form's */
+        const rp_kernels *K = rp_kern();
+        const int nbt =
+            t[0].pack && K->pack_gemm_batch[type] ? rp_matmul_batch_tokens(type, toks) : 0;
+        if (nbt) {
+            const int vdt = rp_type_get(type)->vec_dot_type;
+            const size_t xb = rp_row_size(vdt, n);
+            uint8_t *xq = malloc(xb);
+            REQUIRE(xq, "alloc");
+            for (int tk = 0; tk < nbt; tk++) {
+                K->act_quant[vdt](x + (size_t)tk * n, xq, n);
+                for (int k = 0; k < 2; k++)
+                    for (int rr = 0; rr < rows[k]; rr++)
+                        rp_kern_for(RP_ISA_SCALAR)
+                            ->vec_dot_batch[type](n, &ys[k][(size_t)tk * rows[k] + rr],
+                                                  wd[k] + rp_row_size(type, n) * rr, xq);
+            }
+            free(xq);
+        }
         for (int k = 0; k < 2; k++)
             CHECK(!memcmp(yb[k], ys[k], (size_t)rows[k] * toks * sizeof(float)),
-                  "%s (%s): batch != one by one, weight %d", rp_type_name(type),
-                  t[k].pack ? "packed" : "unpacked", k);
+                  "%s (%s): batch != one by one (%d tokens in the batch order), weight %d",
+                  rp_type_name(type), t[k].pack ? "packed" : "unpacked", nbt, k);
         for (int k = 0; k < 2; k++) {
             free(wd[k]);
             free(owned[k]);
