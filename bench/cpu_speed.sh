@@ -28,7 +28,7 @@
 #   avx2   REPRISE_ISA=avx2 against llama.cpp built without AVX-512
 #          (LLAMA_AVX2_BIN, default /work/peer/build-avx2/bin), pp P and tg N
 #          on the Qwen3-0.6B shape in AVX2_TYPES (Q8_0 Q4_K_M Q4_0) at
-#          AVX2_THREADS (1)
+#          AVX2_THREADS (1), or on the files AVX2_FILES
 #
 # Environment: BUILD (reprise tree, default build), LLAMA_BIN (llama.cpp's
 # bin/, default /work/peer/build-native/bin), BENCH_DIR (models and raw
@@ -224,14 +224,17 @@ fi
 if has avx2; then
     if [ -x "$LB_AVX2/llama-bench" ]; then
         echo "== AVX2: REPRISE_ISA=avx2 vs $LB_AVX2, pp$P and tg$N, threads $AVX2_THREADS"
-        # shellcheck disable=SC2086
-        make_qwen $AVX2_TYPES
-        for ty in $AVX2_TYPES; do
-            f=$(qwen "$ty")
+        files=${AVX2_FILES:-}
+        if [ -z "$files" ]; then
+            # shellcheck disable=SC2086
+            make_qwen $AVX2_TYPES
+            for ty in $AVX2_TYPES; do files="$files $(qwen "$ty")"; done
+        fi
+        for f in $files; do
             [ -s "$f" ] || continue
             for t in $AVX2_THREADS; do
                 REPRISE_ENV=REPRISE_ISA=avx2 PEER=$LB_AVX2 \
-                    pair "qwen3-0.6b $ty t$t avx2" "$t" "-m $f -p $P -n $N" "-m $f -p $P -n $N"
+                    pair "$(basename "$f" .gguf) t$t avx2" "$t" "-m $f -p $P -n $N" "-m $f -p $P -n $N"
             done
         done
     else
