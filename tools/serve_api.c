@@ -823,7 +823,10 @@ static bool render_messages(srv_server *srv, const json_t *body, const char *kwa
             break;
         }
         tbuf c = {0};
-        if (!(ok = content_text(json_object_get(x, "content"), i, &c, e))) break;
+        if (!(ok = content_text(json_object_get(x, "content"), i, &c, e))) {
+            tbuf_free(&c); /* the parts before the refused one */
+            break;
+        }
         json_t *y = json_deep_copy(x);
         const char *rs = json_string_value(role);
         if (y) {

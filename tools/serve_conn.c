@@ -110,8 +110,17 @@ static bool is_tchar(unsigned char c) {
            (c && strchr("!#$%&'*+-.^_`|~", c));
 }
 
-/* 1: plausible so far and enough seen; 0: wait for more bytes; -1: garbage. */
+static int sniff(const unsigned char *p, size_t n);
+
+/* 1: plausible so far and enough seen; 0: wait for more bytes; -1: garbage.
+ * SRV_SNIFF_BYTES always decide (the accept thread peeks that many: a 0 there
+ * would have it poll a readable socket in a loop until the header deadline). */
 int srv_conn_sniff(const unsigned char *p, size_t n) {
+    const int v = sniff(p, n);
+    return v == 0 && n >= SRV_SNIFF_BYTES ? -1 : v;
+}
+
+static int sniff(const unsigned char *p, size_t n) {
     size_t i = 0;
     while (i + 1 < n && p[i] == '\r' && p[i + 1] == '\n') i += 2; /* empty lines first */
     if (i + 1 == n && p[i] == '\r') return 0; /* an empty line's \n may come in the next packet */
@@ -119,7 +128,7 @@ int srv_conn_sniff(const unsigned char *p, size_t n) {
     size_t m = 0;
     for (; i < n && is_tchar(p[i]); i++)
         if (++m > 16) return -1; /* no method is that long */
-    if (i == n) return n >= SRV_SNIFF_BYTES ? -1 : 0;
+    if (i == n) return 0;
     if (p[i] != ' ' || m == 0) return -1;
     if (i + 1 == n) return 0;
     return p[i + 1] > ' ' && p[i + 1] < 0x7f ? 1 : -1;

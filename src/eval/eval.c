@@ -81,9 +81,12 @@ rp_status rp_eval_run(rp_context *ctx, const int32_t *tokens, const rp_eval_wind
         return rp_fail(RP_ERR_INVALID_ARG,
                        "%d chunks per batch need %d sequences; the context has %u", n_seq, n_seq,
                        rp_context_n_seq(ctx));
-    /* The last token of a chunk is never decoded: its output predicts nothing
-     * in the chunk and no scored position attends to it. */
-    const int n_dec = c - 1;
+    /* The whole chunk is decoded, as llama-perplexity does: its last token
+     * predicts nothing in the chunk, but the token count of a product picks
+     * llama.cpp's batch order for some weights (rp_matmul_batch_tokens: a
+     * Q4_K product of c - 1 tokens takes its gemv order on the last
+     * (c - 1) % 4), so c - 1 tokens would not give llama.cpp's logits. */
+    const int n_dec = c;
     if ((uint32_t)n_dec > rp_context_n_ctx(ctx))
         return rp_fail(RP_ERR_INVALID_ARG,
                        "chunks of %d tokens need a context of %d positions; it has %u", c, n_dec,

@@ -84,6 +84,24 @@ PLAN=""
 greedy smollm2-code "$SMOL" 49152 0.2
 greedy gemma3-prose "$GEMMA" 262144 0.5
 
+# perplexity: the first 512-token chunk of wiki.test.raw against
+# llama-perplexity's (-c 512 --chunks 1 -fa off -ctk f32 -ctv f32, the
+# figures in tests/golden/real/*.ppl.txt), within 0.02 %
+ppl() { # NAME MODEL
+    "$BIN" perplexity -m "$2" -f "$S/text/wiki.test.raw" -c 512 --chunks 1 -ctk f32 -ctv f32 \
+        > "$T/ppl.txt" 2> "$T/err" || { fail "real_ppl_$1" "$(tail -2 "$T/err")"; return; }
+    python3 - "$T/ppl.txt" "$G/$1-wiki-c512-1.ppl.txt" > "$T/out" <<'PY'
+import re, sys
+fin = lambda s: [float(x) for x in re.search(r'Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)', s).groups()]
+(p, u), (gp, gu) = fin(open(sys.argv[1]).read()), fin(open(sys.argv[2]).read())
+print(f"PPL {p} +/- {u}, llama-perplexity {gp} +/- {gu}")
+sys.exit(0 if abs(p - gp) <= 2e-4 * gp and abs(u - gu) <= 2e-4 * gu else 1)
+PY
+    [ $? = 0 ] && ok "real_ppl_$1 ($(cat "$T/out"))" || fail "real_ppl_$1" "$(cat "$T/out")"
+}
+ppl smollm2 "$SMOL"
+ppl gemma3 "$GEMMA"
+
 # chat: SmolLM2 through its ChatML template answers a factual question
 out=$("$BIN" chat -m "$SMOL" -p "What is the capital of France? Answer in one short sentence." \
     -n 24 --temp 0 -ctk f32 -ctv f32 -q < /dev/null 2> "$T/err")

@@ -30,8 +30,8 @@ one() { # kind: runs one target, writes its row to $B/fuzz/long-$kind.row
     rc=$?
     local secs=$(($(date +%s) - t0))
     local execs rate cov ft corp findings
-    execs=$(grep -oE 'stat::number_of_executed_units: [0-9]+' "$log" | awk '{print $2}' | tail -1)
-    rate=$(grep -oE 'stat::average_exec_per_sec: [0-9]+' "$log" | awk '{print $2}' | tail -1)
+    execs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | awk '{print $2}' | tail -1)
+    rate=$(grep -oE 'stat::average_exec_per_sec: *[0-9]+' "$log" | awk '{print $2}' | tail -1)
     cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -1 | awk '{print $2}')
     ft=$(grep -oE 'ft: [0-9]+' "$log" | tail -1 | awk '{print $2}')
     corp=$(ls $B/fuzz/work-$kind | wc -l)

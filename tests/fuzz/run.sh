@@ -56,7 +56,8 @@ i=0
 for h in 'GET /health HTTP/1.1\r\nHost: x\r\n\r\n' \
     'POST /completion HTTP/1.1\r\nContent-Length: 12\r\nContent-Length: 12\r\n\r\n' \
     'POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n' \
-    '\r\nPOST /tokenize HTTP/1.1\r\ncontent-length: 3\r\nTransfer-Encoding: chunked\r\n\r\n'; do
+    '\r\nPOST /tokenize HTTP/1.1\r\ncontent-length: 3\r\nTransfer-Encoding: chunked\r\n\r\n' \
+    "$(printf '\\r\\n%.0s' $(seq 31))T /x HTTP/1.1\r\n\r\n"; do
     printf "$h" > $B/fuzz/corpus-http_head/seed$i
     i=$((i + 1))
 done
