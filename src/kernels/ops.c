@@ -295,10 +295,14 @@ static void attn_exact_head(const rp_attn_args *a, const rp_kv_view *kv, int g, 
     }
     const float inv = (float)(1.0 / kn->exp_sum_ggml(end - base, s, mx));
     for (int j = 0; j < end - base; j++) s[j] *= inv;
-    /* tinyBLAS's order for every batch, one token included: llama.cpp's own
-     * one-token decode takes vec_dot's 64 lanes (its batch != its tokens one
-     * at a time, in the last bits); reprise keeps batch = sequential */
-    const int L = 16;
+    /* llama.cpp's orders for V: a batch of tokens goes through tinyBLAS (one
+     * 16-lane accumulator per output over the cells), a one-token decode
+     * through ggml_vec_dot_f32 over the V^T row (4 x 16 lanes, cell % 64;
+     * its n_kv is padded to 256, so no cell falls in its serial tail). So a
+     * batch differs from its tokens one at a time in the last bits, as in
+     * llama.cpp; following both makes greedy decoding llama.cpp's, token for
+     * token (tests/cli/real_models.sh, greedy_decode). */
+    const int L = a->n_tok == 1 ? 64 : 16;
     memset(acc, 0, (size_t)L * (size_t)dv * sizeof(float));
     for (int j = lo; j <= p; j++)
         kn->fma_f32(dv, s[j - base], V + (size_t)(j % kv->cap) * (size_t)dv,

@@ -474,7 +474,7 @@ void test_eval_windows_and_targets(void) {
     REQUIRE(rp_eval_windows_init(&big, m, 64, 32, 0) == RP_OK, "%s", rp_last_error());
     collect none = {.n_vocab = w.n_vocab};
     CHECK(rp_eval_run(ctx, toks, &big, 1, on_chunk, &none) == RP_ERR_INVALID_ARG &&
-              strstr(rp_last_error(), "context of 31 positions"),
+              strstr(rp_last_error(), "context of 32 positions"),
           "%s", rp_last_error());
     CHECK(rp_eval_run(ctx, toks, &w, 3, on_chunk, &none) == RP_ERR_INVALID_ARG &&
               strstr(rp_last_error(), "sequences"),
