@@ -6,7 +6,10 @@
 
 const char *const g_spec_help =
     "speculative decoding (the same weights draft, the plan verifies; greedy output is "
-    "identical):\n"
+    "identical,\n"
+    "except at near ties on AVX-512 for packed Q4_K/Q6_K weights and F32 caches, whose batches "
+    "follow\n"
+    "llama.cpp's batch orders):\n"
     "  --spec                the plain stack (the trunk once, in order) drafts for the plan\n"
     "  --draft-plan MAP      a cheaper plan drafts, in --layer-map syntax, e.g. '0..9,14..27' "
     "skips\n"

@@ -40,7 +40,7 @@ greedy() {
     if [ "$EXACT" = 1 ]; then
         # shellcheck disable=SC2086
         if REPRISE_LIB="$PWD/$BUILD/libreprise.so" LD_PRELOAD="$ASAN_PRELOAD" \
-            ASAN_OPTIONS="detect_leaks=0:$ASAN_OPTIONS" python3 tests/cli/greedy_decode.py "$2" \
+            ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" python3 tests/cli/greedy_decode.py "$2" \
             "$G/$1.tokens.txt" "$G/$1.greedy.txt" ${PLAN#--repeat-layers } > "$T/out" 2>&1; then
             ok "real_greedy_$1 ($(cat "$T/out"))"
         else
