@@ -753,7 +753,8 @@ static const json_t *resolve_pointer(conv *c, const char *ref) {
 
 static const char *visit_ref(conv *c, const char *ref, const char *rname) {
     const char *frag = strrchr(ref, '/');
-    char *nm = dupf("ref-%s", frag ? frag + 1 : ref + 1);
+    /* (an empty $ref has no character to skip) */
+    char *nm = dupf("ref-%s", frag ? frag + 1 : *ref ? ref + 1 : ref);
     if (!nm) {
         fail(c, RP_ERR_NOMEM, "out of memory");
         return NULL;

@@ -193,6 +193,16 @@ void test_json_schema_errors(void) {
               strstr(rp_last_error(), "nested"),
           "%s", rp_last_error());
     free(g);
+    /* an empty $ref (fuzz_schema's finding: its name was read past the end
+     * of the string) is refused as unresolvable or converted, never read
+     * out of bounds (the ASan tree checks) */
+    g = NULL;
+    const rp_status se = rp_json_schema_to_grammar(
+        "{\"$defs\": {\"node\": {\"type\": \"object\", \"properties\": {\"v\": "
+        "{\"items\": {\"$ref\": \"#/$defs/node\"}}}}}, \"$ref\": \"\"}",
+        &g);
+    CHECK(se != RP_OK && strstr(rp_last_error(), "$ref"), "%d: %s", (int)se, rp_last_error());
+    free(g);
 }
 
 void test_json_grammar_builtin(void) {
