@@ -484,6 +484,336 @@ static void act_q8_1_avx2(const float *x, void *y, int64_t n) {
     }
 }
 
+/* ---- prompt batches: tiles of 2 rows x 4 tokens ------------------------------
+ *
+ * The gemm of rp_gemm_ops: the activations of a group of RP_GEMM_GROUP tokens
+ * are interleaved by block once per product (pack), the weights of two rows
+ * are decoded once per call into the per-thread scratch (signed values, their
+ * magnitudes, scales as vectors), then every quad of tokens runs against the
+ * pair of rows with the 8 (row, token) products in registers. Each product
+ * keeps the one-row vec_dot's arithmetic exactly:
+ *   lanes (Q8_0, Q5_0): one 8-lane float accumulator per product,
+ *     acc = fma(dw*dx, (float)lanes, acc), hsum256 at the end;
+ *   rows (Q4_0, IQ4_NL, Q4_K): the block's exact integer sum, then
+ *     acc = fma((float)sum, dw*dx, acc) per product, the 8 products of a tile
+ *     in the 8 lanes of one vector (Q4_K: and accm for the mins).
+ * A missing row or token of a tile repeats the last one; it is not stored. */
+
+#define TQ 4 /* tokens of a tile */
+
+/* lane k = the sum of the 8 lanes of s[k] (integer: any order is exact) */
+static inline __m256i reduce8_i32(const __m256i *s) {
+    const __m256i h01 = _mm256_hadd_epi32(s[0], s[1]), h23 = _mm256_hadd_epi32(s[2], s[3]);
+    const __m256i h45 = _mm256_hadd_epi32(s[4], s[5]), h67 = _mm256_hadd_epi32(s[6], s[7]);
+    const __m256i a = _mm256_hadd_epi32(h01, h23), b = _mm256_hadd_epi32(h45, h67);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                            _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+/* lane r * 4 + t of v to y[t * ldy + r] for the rows and tokens that exist */
+static inline void store_tile(float *y, size_t ldy, __m256 v, int rows, int toks) {
+    float tmp[8];
+    _mm256_storeu_ps(tmp, v);
+    for (int r = 0; r < rows; r++)
+        for (int t = 0; t < toks; t++) y[(size_t)t * ldy + (size_t)r] = tmp[r * TQ + t];
+}
+
+/* -- 32-blocks with Q8_0 activations ---------------------------------------- */
+
+/* a group, per block of 32 inputs: the 16 tokens' qs, then their d as floats */
+#define G32_BYTES (RP_GEMM_GROUP * 32 + RP_GEMM_GROUP * 4)
+/* the decoded pair of rows, per block: |q0|, q0, |q1|, q1, then d0 x4, d1 x4 */
+#define W32_BYTES (5 * 32)
+
+static size_t g32_group_bytes(int n) {
+    return (size_t)(n / 32) * G32_BYTES;
+}
+
+static size_t g32_scratch(int n) {
+    return (size_t)(n / 32) * W32_BYTES + 64;
+}
+
+static void g32_pack(int n, int cnt, const void *xq, size_t ldx, void *group) {
+    uint8_t *g = group;
+    memset(g, 0, g32_group_bytes(n));
+    for (int t = 0; t < cnt; t++) {
+        const block_q8_0 *x = (const block_q8_0 *)((const uint8_t *)xq + (size_t)t * ldx);
+        for (int b = 0; b < n / 32; b++) {
+            uint8_t *gb = g + (size_t)b * G32_BYTES;
+            const float d = f16(x[b].d);
+            memcpy(gb + 32 * t, x[b].qs, 32);
+            memcpy(gb + 32 * RP_GEMM_GROUP + 4 * t, &d, 4);
+        }
+    }
+}
+
+/* block b of a row: its 32 signed values and d */
+typedef __m256i (*w32_values_fn)(const void *row, int b, float *d);
+
+static __m256i values_q8_0(const void *row, int b, float *d) {
+    const block_q8_0 *a = (const block_q8_0 *)row + b;
+    *d = f16(a->d);
+    return _mm256_loadu_si256((const __m256i *)a->qs);
+}
+
+static __m256i values_q4_0(const void *row, int b, float *d) {
+    const block_q4_0 *a = (const block_q4_0 *)row + b;
+    *d = f16(a->d);
+    return _mm256_sub_epi8(nibbles32(a->qs), _mm256_set1_epi8(8));
+}
+
+static __m256i values_q5_0(const void *row, int b, float *d) {
+    const block_q5_0 *a = (const block_q5_0 *)row + b;
+    *d = f16(a->d);
+    return _mm256_or_si256(nibbles32(a->qs),
+                           _mm256_andnot_si256(bits32(a->qh), _mm256_set1_epi8((char)0xF0)));
+}
+
+static __m256i values_iq4_nl(const void *row, int b, float *d) {
+    const block_iq4_nl *a = (const block_iq4_nl *)row + b;
+    *d = f16(a->d);
+    const __m256i lut =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)rp_kvalues_iq4nl));
+    return _mm256_shuffle_epi8(lut, nibbles32(a->qs));
+}
+
+/* rows r0 and r1 (may be equal) decoded into s */
+static void w32_decode(int n, const void *w0, const void *w1, w32_values_fn values, uint8_t *s) {
+    for (int b = 0; b < n / 32; b++) {
+        uint8_t *o = s + (size_t)b * W32_BYTES;
+        float d0, d1;
+        const __m256i q0 = values(w0, b, &d0), q1 = values(w1, b, &d1);
+        _mm256_storeu_si256((__m256i *)o, _mm256_sign_epi8(q0, q0));
+        _mm256_storeu_si256((__m256i *)(o + 32), q0);
+        _mm256_storeu_si256((__m256i *)(o + 64), _mm256_sign_epi8(q1, q1));
+        _mm256_storeu_si256((__m256i *)(o + 96), q1);
+        _mm256_storeu_ps((float *)(o + 128), _mm256_setr_ps(d0, d0, d0, d0, d1, d1, d1, d1));
+    }
+}
+
+/* the 8 lanes of |w| . sign(x, w) (= w . x, w from the file may be -128) */
+static inline __m256i dot_abs(__m256i aw, __m256i w, __m256i x) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w)),
+                             _mm256_set1_epi16(1));
+}
+
+static void w32_lanes_tile(int nb, const uint8_t *s, const uint8_t *xg, int tq, __m256 *acc) {
+    for (int k = 0; k < 2 * TQ; k++) acc[k] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *o = s + (size_t)b * W32_BYTES, *xb = xg + (size_t)b * G32_BYTES;
+        const __m256i a0 = _mm256_loadu_si256((const __m256i *)o),
+                      q0 = _mm256_loadu_si256((const __m256i *)(o + 32)),
+                      a1 = _mm256_loadu_si256((const __m256i *)(o + 64)),
+                      q1 = _mm256_loadu_si256((const __m256i *)(o + 96));
+        const __m256 d0 = _mm256_broadcast_ss((const float *)(o + 128)),
+                     d1 = _mm256_broadcast_ss((const float *)(o + 144));
+        for (int t = 0; t < TQ; t++) {
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(xb + 32 * (tq + t)));
+            const __m256 dx =
+                _mm256_broadcast_ss((const float *)(xb + 32 * RP_GEMM_GROUP) + tq + t);
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d0, dx), _mm256_cvtepi32_ps(dot_abs(a0, q0, x)),
+                                     acc[t]);
+            acc[TQ + t] = _mm256_fmadd_ps(_mm256_mul_ps(d1, dx),
+                                          _mm256_cvtepi32_ps(dot_abs(a1, q1, x)), acc[TQ + t]);
+        }
+    }
+}
+
+static __m256 w32_rows_tile(int nb, const uint8_t *s, const uint8_t *xg, int tq) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *o = s + (size_t)b * W32_BYTES, *xb = xg + (size_t)b * G32_BYTES;
+        const __m256i a0 = _mm256_loadu_si256((const __m256i *)o),
+                      q0 = _mm256_loadu_si256((const __m256i *)(o + 32)),
+                      a1 = _mm256_loadu_si256((const __m256i *)(o + 64)),
+                      q1 = _mm256_loadu_si256((const __m256i *)(o + 96));
+        __m256i p[2 * TQ];
+        for (int t = 0; t < TQ; t++) {
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(xb + 32 * (tq + t)));
+            p[t] = dot_abs(a0, q0, x);
+            p[TQ + t] = dot_abs(a1, q1, x);
+        }
+        const __m256 dw = _mm256_loadu_ps((const float *)(o + 128));
+        const __m256 dx =
+            _mm256_broadcast_ps((const __m128 *)((const float *)(xb + 32 * RP_GEMM_GROUP) + tq));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8_i32(p)), _mm256_mul_ps(dw, dx), acc);
+    }
+    return acc;
+}
+
+static void w32_run(int n, int nr, const void *w, size_t ldw, const void *xp, int cnt, float *y,
+                    size_t ldy, void *scratch, w32_values_fn values, bool lanes) {
+    const int nb = n / 32;
+    const size_t gb = g32_group_bytes(n);
+    uint8_t *s = scratch;
+    for (int r0 = 0; r0 < nr; r0 += 2) {
+        const int rows = RP_MIN(2, nr - r0);
+        const char *w0 = (const char *)w + (size_t)r0 * ldw;
+        w32_decode(n, w0, rows == 2 ? w0 + ldw : w0, values, s);
+        for (int t0 = 0; t0 < cnt; t0 += TQ) {
+            const uint8_t *xg = (const uint8_t *)xp + (size_t)(t0 / RP_GEMM_GROUP) * gb;
+            const int tq = t0 % RP_GEMM_GROUP, toks = RP_MIN(TQ, cnt - t0);
+            float *yt = y + (size_t)t0 * ldy + (size_t)r0;
+            if (lanes) {
+                __m256 acc[2 * TQ];
+                w32_lanes_tile(nb, s, xg, tq, acc);
+                for (int r = 0; r < rows; r++)
+                    for (int t = 0; t < toks; t++)
+                        yt[(size_t)t * ldy + (size_t)r] = hsum256(acc[r * TQ + t]);
+            } else {
+                store_tile(yt, ldy, w32_rows_tile(nb, s, xg, tq), rows, toks);
+            }
+        }
+    }
+}
+
+#define W32_GEMM(name, lanes)                                                                      \
+    static void gemm_run_##name(int n, int nr, const void *w, size_t ldw, const void *xp,          \
+                                size_t ldx, int cnt, float *y, size_t ldy, void *scratch) {        \
+        (void)ldx;                                                                                 \
+        w32_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, values_##name, lanes);                    \
+    }                                                                                              \
+    static const rp_gemm_ops gemm_##name = {g32_group_bytes, g32_pack, g32_scratch,                \
+                                            gemm_run_##name};
+
+W32_GEMM(q8_0, true)
+W32_GEMM(q5_0, true)
+W32_GEMM(q4_0, false)
+W32_GEMM(iq4_nl, false)
+
+/* -- Q4_K with Q8_K activations ----------------------------------------------- */
+
+/* a group, per super-block: the 16 tokens' qs, their bsums, their d */
+#define GK_QS    0
+#define GK_BSUMS (RP_GEMM_GROUP * QK_K)
+#define GK_D     (GK_BSUMS + RP_GEMM_GROUP * 32)
+#define GK_BYTES (GK_D + RP_GEMM_GROUP * 4)
+
+static size_t gk_group_bytes(int n) {
+    return (size_t)(n / QK_K) * GK_BYTES;
+}
+
+static void gk_pack(int n, int cnt, const void *xq, size_t ldx, void *group) {
+    uint8_t *g = group;
+    memset(g, 0, gk_group_bytes(n));
+    for (int t = 0; t < cnt; t++) {
+        const block_q8_K *x = (const block_q8_K *)((const uint8_t *)xq + (size_t)t * ldx);
+        for (int i = 0; i < n / QK_K; i++) {
+            uint8_t *gi = g + (size_t)i * GK_BYTES;
+            memcpy(gi + GK_QS + QK_K * t, x[i].qs, QK_K);
+            memcpy(gi + GK_BSUMS + 32 * t, x[i].bsums, 32);
+            memcpy(gi + GK_D + 4 * t, &x[i].d, 4);
+        }
+    }
+}
+
+/* the decoded pair of rows, per super-block: the values of row 0 (sub-block j
+ * at 32 j, 0..15), of row 1, the scales of row 0 (sub-block j: 16 int16 at
+ * 32 j), of row 1, the mins of row 0 (mn[j] at int16 2j and 2j+1), of row 1,
+ * d0 x4 d1 x4, dmin0 x4 dmin1 x4 */
+#define WK_Q     0
+#define WK_SC    (2 * QK_K)
+#define WK_MN    (WK_SC + 2 * 256)
+#define WK_D     (WK_MN + 2 * 32)
+#define WK_DM    (WK_D + 32)
+#define WK_BYTES (WK_DM + 32)
+
+static size_t q4k_scratch(int n) {
+    return (size_t)(n / QK_K) * WK_BYTES + 64;
+}
+
+static void q4k_decode(int n, const block_q4_K *a0, const block_q4_K *a1, uint8_t *s) {
+    for (int i = 0; i < n / QK_K; i++) {
+        uint8_t *o = s + (size_t)i * WK_BYTES;
+        float d[2], dm[2];
+        for (int r = 0; r < 2; r++) {
+            const block_q4_K *a = (r ? a1 : a0) + i;
+            uint8_t sc[8], mn[8];
+            for (int j = 0; j < 8; j++) rp_k4_scale_min(j, a->scales, &sc[j], &mn[j]);
+            int16_t mins[16];
+            for (int j = 0; j < 8; j++) {
+                mins[2 * j] = mins[2 * j + 1] = mn[j];
+                _mm256_storeu_si256((__m256i *)(o + WK_SC + 256 * r + 32 * j),
+                                    _mm256_set1_epi16(sc[j]));
+            }
+            memcpy(o + WK_MN + 32 * r, mins, 32);
+            for (int c = 0; c < 4; c++) {
+                const __m256i bits = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * c));
+                _mm256_storeu_si256((__m256i *)(o + WK_Q + QK_K * r + 64 * c),
+                                    _mm256_and_si256(bits, _mm256_set1_epi8(0xF)));
+                _mm256_storeu_si256(
+                    (__m256i *)(o + WK_Q + QK_K * r + 64 * c + 32),
+                    _mm256_and_si256(_mm256_srli_epi16(bits, 4), _mm256_set1_epi8(0xF)));
+            }
+            d[r] = f16(a->d);
+            dm[r] = f16(a->dmin);
+        }
+        _mm256_storeu_ps((float *)(o + WK_D),
+                         _mm256_setr_ps(d[0], d[0], d[0], d[0], d[1], d[1], d[1], d[1]));
+        _mm256_storeu_ps((float *)(o + WK_DM),
+                         _mm256_setr_ps(dm[0], dm[0], dm[0], dm[0], dm[1], dm[1], dm[1], dm[1]));
+    }
+}
+
+/* acc - accm of the 8 products of a tile */
+static __m256 q4k_tile(int nb, const uint8_t *s, const uint8_t *xg, int tq) {
+    __m256 acc = _mm256_setzero_ps(), accm = acc;
+    for (int i = 0; i < nb; i++) {
+        const uint8_t *o = s + (size_t)i * WK_BYTES, *xi = xg + (size_t)i * GK_BYTES;
+        __m256i p[2 * TQ];
+        for (int k = 0; k < 2 * TQ; k++) p[k] = _mm256_setzero_si256();
+        for (int j = 0; j < 8; j++) {
+            const __m256i w0 = _mm256_loadu_si256((const __m256i *)(o + WK_Q + 32 * j)),
+                          w1 = _mm256_loadu_si256((const __m256i *)(o + WK_Q + QK_K + 32 * j));
+            const __m256i s0 = _mm256_loadu_si256((const __m256i *)(o + WK_SC + 32 * j)),
+                          s1 = _mm256_loadu_si256((const __m256i *)(o + WK_SC + 256 + 32 * j));
+            for (int t = 0; t < TQ; t++) {
+                const __m256i x =
+                    _mm256_loadu_si256((const __m256i *)(xi + GK_QS + QK_K * (tq + t) + 32 * j));
+                p[t] = _mm256_add_epi32(p[t], _mm256_madd_epi16(_mm256_maddubs_epi16(w0, x), s0));
+                p[TQ + t] =
+                    _mm256_add_epi32(p[TQ + t], _mm256_madd_epi16(_mm256_maddubs_epi16(w1, x), s1));
+            }
+        }
+        const __m256i sum = reduce8_i32(p);
+        const __m256i m0 = _mm256_loadu_si256((const __m256i *)(o + WK_MN)),
+                      m1 = _mm256_loadu_si256((const __m256i *)(o + WK_MN + 32));
+        for (int t = 0; t < TQ; t++) {
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)(xi + GK_BSUMS + 32 * (tq + t)));
+            p[t] = _mm256_madd_epi16(bs, m0);
+            p[TQ + t] = _mm256_madd_epi16(bs, m1);
+        }
+        const __m256i msum = reduce8_i32(p);
+        const __m256 dx = _mm256_broadcast_ps((const __m128 *)(xi + GK_D + 4 * tq));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum),
+                              _mm256_mul_ps(_mm256_loadu_ps((const float *)(o + WK_D)), dx), acc);
+        accm =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum),
+                            _mm256_mul_ps(_mm256_loadu_ps((const float *)(o + WK_DM)), dx), accm);
+    }
+    return _mm256_sub_ps(acc, accm);
+}
+
+static void gemm_run_q4_K(int n, int nr, const void *w, size_t ldw, const void *xp, size_t ldx,
+                          int cnt, float *y, size_t ldy, void *scratch) {
+    (void)ldx;
+    const int nb = n / QK_K;
+    const size_t gb = gk_group_bytes(n);
+    for (int r0 = 0; r0 < nr; r0 += 2) {
+        const int rows = RP_MIN(2, nr - r0);
+        const char *w0 = (const char *)w + (size_t)r0 * ldw;
+        q4k_decode(n, (const block_q4_K *)w0, (const block_q4_K *)(rows == 2 ? w0 + ldw : w0),
+                   scratch);
+        for (int t0 = 0; t0 < cnt; t0 += TQ) {
+            const uint8_t *xg = (const uint8_t *)xp + (size_t)(t0 / RP_GEMM_GROUP) * gb;
+            store_tile(y + (size_t)t0 * ldy + (size_t)r0, ldy,
+                       q4k_tile(nb, scratch, xg, t0 % RP_GEMM_GROUP), rows, RP_MIN(TQ, cnt - t0));
+        }
+    }
+}
+
+static const rp_gemm_ops gemm_q4_K = {gk_group_bytes, gk_pack, q4k_scratch, gemm_run_q4_K};
+
 /* ---- gated delta-net ------------------------------------------------------ */
 
 /* The delta rule on 8 lanes (same arithmetic as the scalar twin up to the
@@ -569,6 +899,11 @@ void rp_kernels_fill_avx2(rp_kernels *k) {
     k->vec_dot[RP_TYPE_Q6_K] = vec_dot_q6_K_avx2;
     k->vec_dot[RP_TYPE_IQ4_NL] = vec_dot_iq4_nl_avx2;
     k->vec_dot[RP_TYPE_IQ4_XS] = vec_dot_iq4_xs_avx2;
+    k->gemm[RP_TYPE_Q8_0] = &gemm_q8_0;
+    k->gemm[RP_TYPE_Q5_0] = &gemm_q5_0;
+    k->gemm[RP_TYPE_Q4_0] = &gemm_q4_0;
+    k->gemm[RP_TYPE_IQ4_NL] = &gemm_iq4_nl;
+    k->gemm[RP_TYPE_Q4_K] = &gemm_q4_K;
     k->act_quant[RP_TYPE_Q8_0] = act_q8_0_avx2;
     k->act_quant[RP_TYPE_Q8_1] = act_q8_1_avx2;
     k->dot_f32 = dot_f32_avx2;

@@ -533,3 +533,87 @@ void test_kernels_isa_coverage(void) {
           "were not tested",
           req, rp_isa_name(top), untested);
 }
+
+/* ---- AVX2 prompt tiles ------------------------------------------------------
+ * The AVX2 table's gemm (tiles of rows x tokens over packed token groups)
+ * against the same table's one-row vec_dot, bit for bit: every token count
+ * 1..37 (partial tiles and groups), odd row counts (a tile's missing row), the
+ * rows in two calls; nothing is written past the rows or tokens asked for. */
+static void check_avx2_gemm(int type, int n) {
+    const rp_kernels *K = rp_kern_for(RP_ISA_AVX2);
+    const rp_gemm_ops *gm = K->gemm[type];
+    const rp_type_traits *t = rp_type_get(type);
+    const int vdt = t->vec_dot_type, toks = 37, maxrows = 37;
+    const size_t rb = rp_row_size(type, n), xb = rp_row_size(vdt, n), ldy = maxrows + 2;
+    const int ng = (toks + RP_GEMM_GROUP - 1) / RP_GEMM_GROUP;
+    rp_rng rng;
+    rp_rng_seed(&rng, 4242 + (uint64_t)type * 31 + (uint64_t)n);
+    uint8_t *w = malloc(rb * maxrows), *xq = malloc(xb * toks);
+    float *x = malloc((size_t)n * toks * sizeof(float)), *ref = malloc(ldy * toks * sizeof(float)),
+          *g = malloc(ldy * toks * sizeof(float));
+    uint8_t *xp = rp_alloc_aligned(gm->group_bytes(n) * (size_t)ng, "test"),
+            *scr = rp_alloc_aligned(gm->scratch_bytes(n), "test");
+    REQUIRE(w && xq && x && ref && g && xp && scr, "alloc");
+    make_rows(type, n, maxrows, w, &rng);
+    make_acts(n, toks, x, &rng);
+    for (int tk = 0; tk < toks; tk++)
+        K->act_quant[vdt](x + (size_t)tk * (size_t)n, xq + (size_t)tk * xb, n);
+    for (int tk = 0; tk < toks; tk++)
+        for (int r = 0; r < maxrows; r++)
+            K->vec_dot[type](n, &ref[(size_t)tk * ldy + (size_t)r], w + (size_t)r * rb,
+                             xq + (size_t)tk * xb);
+    const int row_counts[] = {1, 3, 5, 37};
+    for (size_t ri = 0; ri < RP_ARRAY_LEN(row_counts); ri++) {
+        const int rows = row_counts[ri], split = rows > 4 ? rows / 2 | 1 : rows;
+        for (int cnt = 1; cnt <= toks; cnt++) {
+            for (int gi = 0; gi * RP_GEMM_GROUP < cnt; gi++)
+                gm->pack(n, RP_MIN(RP_GEMM_GROUP, cnt - gi * RP_GEMM_GROUP),
+                         xq + (size_t)gi * RP_GEMM_GROUP * xb, xb,
+                         xp + (size_t)gi * gm->group_bytes(n));
+            for (size_t i = 0; i < ldy * toks; i++) g[i] = NAN;
+            gm->run(n, split, w, rb, xp, xb, cnt, g, ldy, scr);
+            if (split < rows)
+                gm->run(n, rows - split, w + (size_t)split * rb, rb, xp, xb, cnt, g + split, ldy,
+                        scr);
+            int bad = 0;
+            for (int tk = 0; tk < toks; tk++)
+                for (int r = 0; r < (int)ldy; r++) {
+                    const float v = g[(size_t)tk * ldy + (size_t)r];
+                    bad += tk < cnt && r < rows
+                               ? !same_float(v, ref[(size_t)tk * ldy + (size_t)r], true, 0)
+                               : !isnan(v);
+                }
+            CHECK(!bad, "avx2 %s n=%d, %d rows, %d tokens: gemm differs from vec_dot at %d outputs",
+                  t->name, n, rows, cnt, bad);
+        }
+    }
+    free(w);
+    free(xq);
+    free(x);
+    free(ref);
+    free(g);
+    rp_free_aligned(xp);
+    rp_free_aligned(scr);
+}
+
+void test_kernels_avx2_gemm_tiles(void) {
+    if (rp_cpu_isa_max() < RP_ISA_AVX2) {
+        printf("     NOT TESTED: this CPU has no AVX2\n");
+        return;
+    }
+    const rp_kernels *K = rp_kern_for(RP_ISA_AVX2);
+    int covered = 0;
+    for (size_t i = 0; i < RP_ARRAY_LEN(k_types); i++) {
+        const int type = k_types[i];
+        if (!K->gemm[type]) continue;
+        covered++;
+        const int bs = rp_type_get(type)->blck_size;
+        check_avx2_gemm(type, bs == 32 ? 96 : 256);
+        check_avx2_gemm(type, 768);
+    }
+    /* the types and Gemma's mix have tiles */
+    const int want[] = {RP_TYPE_Q8_0, RP_TYPE_Q4_0, RP_TYPE_Q4_K, RP_TYPE_Q5_0};
+    for (size_t i = 0; i < RP_ARRAY_LEN(want); i++)
+        CHECK(K->gemm[want[i]], "avx2: no gemm for %s", rp_type_get(want[i])->name);
+    CHECK(covered >= 4, "avx2: %d types with a gemm", covered);
+}
