@@ -814,6 +814,243 @@ static void gemm_run_q4_K(int n, int nr, const void *w, size_t ldw, const void *
 
 static const rp_gemm_ops gemm_q4_K = {gk_group_bytes, gk_pack, q4k_scratch, gemm_run_q4_K};
 
+/* -- Q4_1 / Q5_1 with Q8_1 activations: lanes, plus summs = fma(m, s, summs)
+ * per block (the 8 products' chains in the lanes of one vector) ------------- */
+
+/* a group, per block: the 16 tokens' qs, their d, their s (floats) */
+#define G1_BYTES (RP_GEMM_GROUP * 32 + RP_GEMM_GROUP * 8)
+/* the decoded pair of rows, per block: q0, q1 (unsigned), d0 x4 d1 x4, m0 x4 m1 x4 */
+#define W1_BYTES (4 * 32)
+
+static size_t g1_group_bytes(int n) {
+    return (size_t)(n / 32) * G1_BYTES;
+}
+
+static size_t g1_scratch(int n) {
+    return (size_t)(n / 32) * W1_BYTES + 64;
+}
+
+static void g1_pack(int n, int cnt, const void *xq, size_t ldx, void *group) {
+    uint8_t *g = group;
+    memset(g, 0, g1_group_bytes(n));
+    for (int t = 0; t < cnt; t++) {
+        const block_q8_1 *x = (const block_q8_1 *)((const uint8_t *)xq + (size_t)t * ldx);
+        for (int b = 0; b < n / 32; b++) {
+            uint8_t *gb = g + (size_t)b * G1_BYTES;
+            const float d = f16(x[b].d), sx = f16(x[b].s);
+            memcpy(gb + 32 * t, x[b].qs, 32);
+            memcpy(gb + 32 * RP_GEMM_GROUP + 4 * t, &d, 4);
+            memcpy(gb + 36 * RP_GEMM_GROUP + 4 * t, &sx, 4);
+        }
+    }
+}
+
+/* block b of a row: its 32 unsigned values, d and m */
+typedef __m256i (*w1_values_fn)(const void *row, int b, float *d, float *m);
+
+static __m256i values_q4_1(const void *row, int b, float *d, float *m) {
+    const block_q4_1 *a = (const block_q4_1 *)row + b;
+    *d = f16(a->d);
+    *m = f16(a->m);
+    return nibbles32(a->qs);
+}
+
+static __m256i values_q5_1(const void *row, int b, float *d, float *m) {
+    const block_q5_1 *a = (const block_q5_1 *)row + b;
+    *d = f16(a->d);
+    *m = f16(a->m);
+    return _mm256_or_si256(nibbles32(a->qs),
+                           _mm256_and_si256(bits32(a->qh), _mm256_set1_epi8(0x10)));
+}
+
+static void w1_decode(int n, const void *w0, const void *w1, w1_values_fn values, uint8_t *s) {
+    for (int b = 0; b < n / 32; b++) {
+        uint8_t *o = s + (size_t)b * W1_BYTES;
+        float d0, d1, m0, m1;
+        _mm256_storeu_si256((__m256i *)o, values(w0, b, &d0, &m0));
+        _mm256_storeu_si256((__m256i *)(o + 32), values(w1, b, &d1, &m1));
+        _mm256_storeu_ps((float *)(o + 64), _mm256_setr_ps(d0, d0, d0, d0, d1, d1, d1, d1));
+        _mm256_storeu_ps((float *)(o + 96), _mm256_setr_ps(m0, m0, m0, m0, m1, m1, m1, m1));
+    }
+}
+
+/* the 8 products' lane accumulators and their summs */
+static __m256 w1_tile(int nb, const uint8_t *s, const uint8_t *xg, int tq, __m256 *acc) {
+    __m256 summs = _mm256_setzero_ps();
+    for (int k = 0; k < 2 * TQ; k++) acc[k] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *o = s + (size_t)b * W1_BYTES, *xb = xg + (size_t)b * G1_BYTES;
+        const float *xd = (const float *)(xb + 32 * RP_GEMM_GROUP) + tq;
+        summs = _mm256_fmadd_ps(_mm256_loadu_ps((const float *)(o + 96)),
+                                _mm256_broadcast_ps((const __m128 *)(xd + RP_GEMM_GROUP)), summs);
+        const __m256i q0 = _mm256_loadu_si256((const __m256i *)o),
+                      q1 = _mm256_loadu_si256((const __m256i *)(o + 32));
+        const __m256 d0 = _mm256_broadcast_ss((const float *)(o + 64)),
+                     d1 = _mm256_broadcast_ss((const float *)(o + 80));
+        for (int t = 0; t < TQ; t++) {
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(xb + 32 * (tq + t)));
+            const __m256 dx = _mm256_broadcast_ss(xd + t);
+            acc[t] =
+                _mm256_fmadd_ps(_mm256_mul_ps(d0, dx), _mm256_cvtepi32_ps(dot_u8(q0, x)), acc[t]);
+            acc[TQ + t] = _mm256_fmadd_ps(_mm256_mul_ps(d1, dx), _mm256_cvtepi32_ps(dot_u8(q1, x)),
+                                          acc[TQ + t]);
+        }
+    }
+    return summs;
+}
+
+static void w1_run(int n, int nr, const void *w, size_t ldw, const void *xp, int cnt, float *y,
+                   size_t ldy, void *scratch, w1_values_fn values) {
+    const int nb = n / 32;
+    const size_t gb = g1_group_bytes(n);
+    uint8_t *s = scratch;
+    for (int r0 = 0; r0 < nr; r0 += 2) {
+        const int rows = RP_MIN(2, nr - r0);
+        const char *w0 = (const char *)w + (size_t)r0 * ldw;
+        w1_decode(n, w0, rows == 2 ? w0 + ldw : w0, values, s);
+        for (int t0 = 0; t0 < cnt; t0 += TQ) {
+            const uint8_t *xg = (const uint8_t *)xp + (size_t)(t0 / RP_GEMM_GROUP) * gb;
+            const int toks = RP_MIN(TQ, cnt - t0);
+            __m256 acc[2 * TQ];
+            float sm[8];
+            _mm256_storeu_ps(sm, w1_tile(nb, s, xg, t0 % RP_GEMM_GROUP, acc));
+            float *yt = y + (size_t)t0 * ldy + (size_t)r0;
+            for (int r = 0; r < rows; r++)
+                for (int t = 0; t < toks; t++)
+                    yt[(size_t)t * ldy + (size_t)r] = hsum256(acc[r * TQ + t]) + sm[r * TQ + t];
+        }
+    }
+}
+
+#define W1_GEMM(name)                                                                              \
+    static void gemm_run_##name(int n, int nr, const void *w, size_t ldw, const void *xp,          \
+                                size_t ldx, int cnt, float *y, size_t ldy, void *scratch) {        \
+        (void)ldx;                                                                                 \
+        w1_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, values_##name);                            \
+    }                                                                                              \
+    static const rp_gemm_ops gemm_##name = {g1_group_bytes, g1_pack, g1_scratch, gemm_run_##name};
+
+W1_GEMM(q4_1)
+W1_GEMM(q5_1)
+
+/* -- Q6_K: lanes, per super-block acc = fma(dx*dw, (float)lanes, acc) ---------- */
+
+/* the decoded pair of rows, per super-block: the values of row 0 (0..63; chunk
+ * c = 4h + k of vec_dot at 32 c), of row 1, the chunk scales of row 0 (16
+ * int16: 8 of scale 2c, 8 of 2c+1), of row 1, the 16 scales of row 0 as int16,
+ * of row 1, d0, d1 */
+#define W6_Q     0
+#define W6_SC    (2 * QK_K)
+#define W6_S16   (W6_SC + 2 * 256)
+#define W6_D     (W6_S16 + 2 * 32)
+#define W6_BYTES (W6_D + 32)
+
+static size_t q6k_scratch(int n) {
+    return (size_t)(n / QK_K) * W6_BYTES + 64;
+}
+
+static void q6k_decode(int n, const block_q6_K *a0, const block_q6_K *a1, uint8_t *s) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
+    for (int i = 0; i < n / QK_K; i++) {
+        uint8_t *o = s + (size_t)i * W6_BYTES;
+        for (int r = 0; r < 2; r++) {
+            const block_q6_K *a = (r ? a1 : a0) + i;
+            uint8_t *q = o + W6_Q + QK_K * r;
+            for (int h = 0; h < 2; h++) {
+                const __m256i l0 = _mm256_loadu_si256((const __m256i *)(a->ql + 64 * h));
+                const __m256i l1 = _mm256_loadu_si256((const __m256i *)(a->ql + 64 * h + 32));
+                const __m256i hb = _mm256_loadu_si256((const __m256i *)(a->qh + 32 * h));
+                const __m256i v[4] = {
+                    _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                    _mm256_slli_epi16(_mm256_and_si256(hb, m3), 4)),
+                    _mm256_or_si256(
+                        _mm256_and_si256(l1, m4),
+                        _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m3), 4)),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                        _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m3), 4)),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                        _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m3), 4))};
+                for (int k = 0; k < 4; k++) {
+                    const int g = 8 * h + 2 * k;
+                    const short s0 = a->scales[g], s1 = a->scales[g + 1];
+                    _mm256_storeu_si256((__m256i *)(q + 32 * (4 * h + k)), v[k]);
+                    _mm256_storeu_si256((__m256i *)(o + W6_SC + 256 * r + 32 * (4 * h + k)),
+                                        _mm256_setr_epi16(s0, s0, s0, s0, s0, s0, s0, s0, s1, s1,
+                                                          s1, s1, s1, s1, s1, s1));
+                }
+            }
+            _mm256_storeu_si256((__m256i *)(o + W6_S16 + 32 * r),
+                                _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a->scales)));
+            const float d = f16(a->d);
+            memcpy(o + W6_D + 4 * r, &d, 4);
+        }
+    }
+}
+
+static void q6k_tile(int nb, const uint8_t *s, const uint8_t *xg, int tq, __m256 *acc) {
+    for (int k = 0; k < 2 * TQ; k++) acc[k] = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const uint8_t *o = s + (size_t)i * W6_BYTES, *xi = xg + (size_t)i * GK_BYTES;
+        __m256i p[2 * TQ];
+        for (int k = 0; k < 2 * TQ; k++) p[k] = _mm256_setzero_si256();
+        for (int c = 0; c < 8; c++) {
+            const __m256i w0 = _mm256_loadu_si256((const __m256i *)(o + W6_Q + 32 * c)),
+                          w1 = _mm256_loadu_si256((const __m256i *)(o + W6_Q + QK_K + 32 * c));
+            const __m256i s0 = _mm256_loadu_si256((const __m256i *)(o + W6_SC + 32 * c)),
+                          s1 = _mm256_loadu_si256((const __m256i *)(o + W6_SC + 256 + 32 * c));
+            for (int t = 0; t < TQ; t++) {
+                const __m256i x =
+                    _mm256_loadu_si256((const __m256i *)(xi + GK_QS + QK_K * (tq + t) + 32 * c));
+                p[t] = _mm256_add_epi32(p[t], _mm256_madd_epi16(_mm256_maddubs_epi16(w0, x), s0));
+                p[TQ + t] =
+                    _mm256_add_epi32(p[TQ + t], _mm256_madd_epi16(_mm256_maddubs_epi16(w1, x), s1));
+            }
+        }
+        const __m256i c0 = _mm256_loadu_si256((const __m256i *)(o + W6_S16)),
+                      c1 = _mm256_loadu_si256((const __m256i *)(o + W6_S16 + 32));
+        const __m256 dw0 = _mm256_broadcast_ss((const float *)(o + W6_D)),
+                     dw1 = _mm256_broadcast_ss((const float *)(o + W6_D + 4));
+        for (int t = 0; t < TQ; t++) {
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)(xi + GK_BSUMS + 32 * (tq + t)));
+            const __m256 dx = _mm256_broadcast_ss((const float *)(xi + GK_D) + tq + t);
+            const __m256i i0 =
+                _mm256_sub_epi32(p[t], _mm256_slli_epi32(_mm256_madd_epi16(bs, c0), 5));
+            const __m256i i1 =
+                _mm256_sub_epi32(p[TQ + t], _mm256_slli_epi32(_mm256_madd_epi16(bs, c1), 5));
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dx, dw0), _mm256_cvtepi32_ps(i0), acc[t]);
+            acc[TQ + t] =
+                _mm256_fmadd_ps(_mm256_mul_ps(dx, dw1), _mm256_cvtepi32_ps(i1), acc[TQ + t]);
+        }
+    }
+}
+
+static void gemm_run_q6_K(int n, int nr, const void *w, size_t ldw, const void *xp, size_t ldx,
+                          int cnt, float *y, size_t ldy, void *scratch) {
+    (void)ldx;
+    const int nb = n / QK_K;
+    const size_t gb = gk_group_bytes(n);
+    for (int r0 = 0; r0 < nr; r0 += 2) {
+        const int rows = RP_MIN(2, nr - r0);
+        const char *w0 = (const char *)w + (size_t)r0 * ldw;
+        q6k_decode(n, (const block_q6_K *)w0, (const block_q6_K *)(rows == 2 ? w0 + ldw : w0),
+                   scratch);
+        for (int t0 = 0; t0 < cnt; t0 += TQ) {
+            const uint8_t *xg = (const uint8_t *)xp + (size_t)(t0 / RP_GEMM_GROUP) * gb;
+            const int toks = RP_MIN(TQ, cnt - t0);
+            __m256 acc[2 * TQ];
+            q6k_tile(nb, scratch, xg, t0 % RP_GEMM_GROUP, acc);
+            float *yt = y + (size_t)t0 * ldy + (size_t)r0;
+            for (int r = 0; r < rows; r++)
+                for (int t = 0; t < toks; t++)
+                    yt[(size_t)t * ldy + (size_t)r] = hsum256(acc[r * TQ + t]);
+        }
+    }
+}
+
+static const rp_gemm_ops gemm_q6_K = {gk_group_bytes, gk_pack, q6k_scratch, gemm_run_q6_K};
+
 /* ---- gated delta-net ------------------------------------------------------ */
 
 /* The delta rule on 8 lanes (same arithmetic as the scalar twin up to the
@@ -904,6 +1141,9 @@ void rp_kernels_fill_avx2(rp_kernels *k) {
     k->gemm[RP_TYPE_Q4_0] = &gemm_q4_0;
     k->gemm[RP_TYPE_IQ4_NL] = &gemm_iq4_nl;
     k->gemm[RP_TYPE_Q4_K] = &gemm_q4_K;
+    k->gemm[RP_TYPE_Q6_K] = &gemm_q6_K;
+    k->gemm[RP_TYPE_Q4_1] = &gemm_q4_1;
+    k->gemm[RP_TYPE_Q5_1] = &gemm_q5_1;
     k->act_quant[RP_TYPE_Q8_0] = act_q8_0_avx2;
     k->act_quant[RP_TYPE_Q8_1] = act_q8_1_avx2;
     k->dot_f32 = dot_f32_avx2;
