@@ -1051,6 +1051,52 @@ static void gemm_run_q6_K(int n, int nr, const void *w, size_t ldw, const void *
 
 static const rp_gemm_ops gemm_q6_K = {gk_group_bytes, gk_pack, q6k_scratch, gemm_run_q6_K};
 
+/* ---- silu ------------------------------------------------------------------ */
+
+/* rp_expf_ggml512 on 8 lanes: the same fused steps; ldexpf(j, n) as two exact
+ * power-of-two products (j 2^(n>>1) is normal, the second rounds once, as
+ * ldexpf does, subnormal and overflowing results included) */
+static inline __m256 expf_ggml512_avx2(__m256 x) {
+    const __m256 r = _mm256_set1_ps(0x1.8p23f);
+    const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
+    const __m256 n = _mm256_sub_ps(z, r);
+    const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+    const __m256 u = _mm256_mul_ps(b, b);
+    const __m256 hi =
+        _mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f));
+    const __m256 mid =
+        _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f));
+    const __m256 lo = _mm256_fmadd_ps(_mm256_set1_ps(0x1.ffffecp-1f), b, _mm256_set1_ps(1.0f));
+    const __m256 j = _mm256_fmadd_ps(_mm256_fmadd_ps(hi, u, mid), u, lo);
+    const __m256 an = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
+    const __m256 big = _mm256_cmp_ps(an, _mm256_set1_ps(192), _CMP_GT_OQ);
+    /* |n| <= 192 where it is used (NaN lanes stay NaN through j) */
+    const __m256i ni = _mm256_cvtps_epi32(_mm256_andnot_ps(big, n));
+    const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+    const __m256i bias = _mm256_set1_epi32(127);
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+    const __m256 res = _mm256_mul_ps(_mm256_mul_ps(j, s1), s2);
+    if (_mm256_testz_ps(big, big)) return res;
+    const __m256 neg = _mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ);
+    const __m256 alt = _mm256_blendv_ps(_mm256_set1_ps(INFINITY), _mm256_setzero_ps(), neg);
+    return _mm256_blendv_ps(res, alt, big);
+}
+
+/* rp_silu_mul_ref's arithmetic, 8 lanes at a time; the tail through the ref */
+static void silu_mul_avx2(float *gate, const float *up, int n) {
+    int i = 0;
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(gate + i);
+        const __m256 e = expf_ggml512_avx2(_mm256_sub_ps(_mm256_setzero_ps(), x));
+        const __m256 s = _mm256_div_ps(x, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(gate + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+    }
+    if (i < n) rp_silu_mul_ref(gate + i, up + i, n - i);
+}
+
 /* ---- gated delta-net ------------------------------------------------------ */
 
 /* The delta rule on 8 lanes (same arithmetic as the scalar twin up to the
@@ -1146,6 +1192,7 @@ void rp_kernels_fill_avx2(rp_kernels *k) {
     k->gemm[RP_TYPE_Q5_1] = &gemm_q5_1;
     k->act_quant[RP_TYPE_Q8_0] = act_q8_0_avx2;
     k->act_quant[RP_TYPE_Q8_1] = act_q8_1_avx2;
+    k->silu_mul = silu_mul_avx2;
     k->dot_f32 = dot_f32_avx2;
     k->axpy_f32 = axpy_f32_avx2;
     k->dot_f16_f32 = dot_f16_f32_avx2;
