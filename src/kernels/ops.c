@@ -4,7 +4,6 @@
 #include "base/util.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -145,40 +144,10 @@ void rp_gelu_tanh_mul(float *gate, const float *up, int n) {
     }
 }
 
-/* ggml's CPU backend defines GGML_GELU_FP16: for |x| < 10 it reads GELU from
- * a table indexed by x rounded to fp16, whose entries are GELU(that fp16
- * value) rounded to fp16; below -10 it gives 0, from 10 up x itself. The
- * same table here (128 KiB, built once on first use: a tanhf per element was
- * a third of Gemma 3's prompt time). */
-static float gelu_tanh_f32(float x) {
-    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
-    /* llama.cpp's x86 build fills its table from C compiled with contraction:
-     * 1 + a*x*x is one fused multiply-add over the rounded a*x (found on
-     * Gemma 3's ffn_geglu at x = -1.999, where the two forms round to
-     * different fp16 values) */
-    return 0.5f * x * (1.0f + tanhf(c * x * fmaf(0.044715f * x, x, 1.0f)));
-}
-
-static uint16_t g_gelu_f16[1 << 16];
-static pthread_once_t g_gelu_once = PTHREAD_ONCE_INIT;
-
-static void gelu_table_build(void) {
-    for (uint32_t h = 0; h < (1u << 16); h++)
-        g_gelu_f16[h] = rp_fp32_to_fp16(gelu_tanh_f32(rp_fp16_to_fp32((uint16_t)h)));
-}
-
+/* ggml's CPU backend's GELU (GGML_GELU_FP16): read from a table of fp16
+ * values (rp_kernels.geglu_f16, act_ref.c) */
 void rp_gelu_tanh_f16_mul(float *gate, const float *up, int n) {
-    pthread_once(&g_gelu_once, gelu_table_build);
-    for (int i = 0; i < n; i++) {
-        float x = gate[i], g;
-        if (x <= -10.0f)
-            g = 0.0f;
-        else if (x >= 10.0f)
-            g = x;
-        else
-            g = rp_fp16_to_fp32(g_gelu_f16[rp_fp32_to_fp16(x)]);
-        gate[i] = g * up[i];
-    }
+    rp_kern()->geglu_f16(gate, up, n, rp_gelu_f16_table());
 }
 
 void rp_gelu_erf_mul(float *gate, const float *up, int n) {

@@ -4,7 +4,6 @@
  * rounding; and within one ISA, batch paths equal the one-row path exactly. */
 #include "kernels/kernels.h"
 #include "kernels/matmul.h"
-#include "kernels/ops.h"
 #include "kernels/quant.h"
 #include "test.h"
 #include "kernels/types.h"
@@ -617,55 +616,6 @@ void test_kernels_avx2_gemm_tiles(void) {
     for (size_t i = 0; i < RP_ARRAY_LEN(want); i++)
         CHECK(K->gemm[want[i]], "avx2: no gemm for %s", rp_type_get(want[i])->name);
     CHECK(covered >= 4, "avx2: %d types with a gemm", covered);
-}
-
-/* The fp16 GELU reads a table built once: every entry it reads is GELU of
- * the fp16-rounded input, rounded to fp16 (ggml's GGML_GELU_FP16), 0 from -10
- * down, x from 10 up; the table is checked over every fp16 value in (-10, 10)
- * and at the edges, times a random up. */
-void test_kernels_gelu_f16_table(void) {
-    enum { N = 1 << 16 };
-    float *g = malloc(N * sizeof(float)), *up = malloc(N * sizeof(float)),
-          *x = malloc(N * sizeof(float));
-    REQUIRE(g && up && x, "alloc");
-    rp_rng r;
-    rp_rng_seed(&r, 99);
-    int n = 0;
-    for (uint32_t h = 0; h < N; h++) {
-        const float v = rp_fp16_to_fp32((uint16_t)h);
-        if (!(v > -10.0f && v < 10.0f)) continue;
-        x[n++] = v;
-    }
-    x[n++] = -10.0f;
-    x[n++] = 10.0f;
-    x[n++] = 12.5f;
-    x[n++] = -11.0f;
-    x[n++] = 0.3333f; /* not an fp16 value */
-    for (int i = 0; i < n; i++) {
-        up[i] = rp_rng_normal(&r);
-        g[i] = x[i];
-    }
-    rp_gelu_tanh_f16_mul(g, up, n);
-    int bad = 0;
-    const float c = 0.7978845608028654f;
-    for (int i = 0; i < n; i++) {
-        float want;
-        if (x[i] <= -10.0f)
-            want = 0.0f;
-        else if (x[i] >= 10.0f)
-            want = x[i];
-        else {
-            const float h = rp_fp16_to_fp32(rp_fp32_to_fp16(x[i]));
-            want = rp_fp16_to_fp32(
-                rp_fp32_to_fp16(0.5f * h * (1.0f + tanhf(c * h * fmaf(0.044715f * h, h, 1.0f)))));
-        }
-        want *= up[i];
-        bad += memcmp(&want, &g[i], sizeof want) != 0;
-    }
-    CHECK(!bad, "fp16 GELU differs from its formula at %d of %d inputs", bad, n);
-    free(g);
-    free(up);
-    free(x);
 }
 
 /* The AVX2 silu returns the ref's bits over the whole range of the exp
