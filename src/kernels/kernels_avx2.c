@@ -500,6 +500,8 @@ static void act_q8_1_avx2(const float *x, void *y, int64_t n) {
  * A missing row or token of a tile repeats the last one; it is not stored. */
 
 #define TQ 4 /* tokens of a tile */
+/* the drivers below take the values function as a constant: inlined */
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
 
 /* lane k = the sum of the 8 lanes of s[k] (integer: any order is exact) */
 static inline __m256i reduce8_i32(const __m256i *s) {
@@ -578,7 +580,8 @@ static __m256i values_iq4_nl(const void *row, int b, float *d) {
 }
 
 /* rows r0 and r1 (may be equal) decoded into s */
-static void w32_decode(int n, const void *w0, const void *w1, w32_values_fn values, uint8_t *s) {
+ALWAYS_INLINE void w32_decode(int n, const void *w0, const void *w1, w32_values_fn values,
+                              uint8_t *s) {
     for (int b = 0; b < n / 32; b++) {
         uint8_t *o = s + (size_t)b * W32_BYTES;
         float d0, d1;
@@ -641,8 +644,8 @@ static __m256 w32_rows_tile(int nb, const uint8_t *s, const uint8_t *xg, int tq)
     return acc;
 }
 
-static void w32_run(int n, int nr, const void *w, size_t ldw, const void *xp, int cnt, float *y,
-                    size_t ldy, void *scratch, w32_values_fn values, bool lanes) {
+ALWAYS_INLINE void w32_run(int n, int nr, const void *w, size_t ldw, const void *xp, int cnt,
+                           float *y, size_t ldy, void *scratch, w32_values_fn values, bool lanes) {
     const int nb = n / 32;
     const size_t gb = g32_group_bytes(n);
     uint8_t *s = scratch;
@@ -863,7 +866,8 @@ static __m256i values_q5_1(const void *row, int b, float *d, float *m) {
                            _mm256_and_si256(bits32(a->qh), _mm256_set1_epi8(0x10)));
 }
 
-static void w1_decode(int n, const void *w0, const void *w1, w1_values_fn values, uint8_t *s) {
+ALWAYS_INLINE void w1_decode(int n, const void *w0, const void *w1, w1_values_fn values,
+                             uint8_t *s) {
     for (int b = 0; b < n / 32; b++) {
         uint8_t *o = s + (size_t)b * W1_BYTES;
         float d0, d1, m0, m1;
@@ -899,8 +903,8 @@ static __m256 w1_tile(int nb, const uint8_t *s, const uint8_t *xg, int tq, __m25
     return summs;
 }
 
-static void w1_run(int n, int nr, const void *w, size_t ldw, const void *xp, int cnt, float *y,
-                   size_t ldy, void *scratch, w1_values_fn values) {
+ALWAYS_INLINE void w1_run(int n, int nr, const void *w, size_t ldw, const void *xp, int cnt,
+                          float *y, size_t ldy, void *scratch, w1_values_fn values) {
     const int nb = n / 32;
     const size_t gb = g1_group_bytes(n);
     uint8_t *s = scratch;
