@@ -494,7 +494,7 @@ static void act_q8_1_avx2(const float *x, void *y, int64_t n) {
  * keeps the one-row vec_dot's arithmetic exactly:
  *   lanes (Q8_0, Q5_0): one 8-lane float accumulator per product,
  *     acc = fma(dw*dx, (float)lanes, acc), hsum256 at the end;
- *   rows (Q4_0, IQ4_NL, Q4_K): the block's exact integer sum, then
+ *   rows (IQ4_NL, Q4_K): the block's exact integer sum, then
  *     acc = fma((float)sum, dw*dx, acc) per product, the 8 products of a tile
  *     in the 8 lanes of one vector (Q4_K: and accm for the mins).
  * A missing row or token of a tile repeats the last one; it is not stored. */
@@ -681,7 +681,6 @@ ALWAYS_INLINE void w32_run(int n, int nr, const void *w, size_t ldw, const void 
 
 W32_GEMM(q8_0, true)
 W32_GEMM(q5_0, true)
-W32_GEMM(q4_0, false)
 W32_GEMM(iq4_nl, false)
 
 /* -- Q4_K with Q8_K activations ----------------------------------------------- */
@@ -816,6 +815,104 @@ static void gemm_run_q4_K(int n, int nr, const void *w, size_t ldw, const void *
 }
 
 static const rp_gemm_ops gemm_q4_K = {gk_group_bytes, gk_pack, q4k_scratch, gemm_run_q4_K};
+
+/* -- Q4_0, 8 rows interleaved x 4 tokens ----------------------------------------
+ * The 8 rows of a tile decoded into 4-byte chunks side by side (chunk c of a
+ * block: bytes 4c..4c+3 of rows 0..7), so a token's 4 bytes broadcast against
+ * one chunk give the 8 rows' products in the 8 lanes: no reduction across
+ * lanes. |q| <= 8, so a block's 8 chunks add up exactly in 16 bits; lane r is
+ * then row r's block sum and acc = fma((float)sum, dw*dx, acc) per row and
+ * token, the one-row vec_dot's chain. */
+
+/* per block: |q| of the 8 chunks, q of the 8 chunks, d of the 8 rows */
+#define W40_BYTES (2 * 256 + 32)
+
+static size_t q40i_scratch(int n) {
+    return (size_t)(n / 32) * W40_BYTES + 64;
+}
+
+static void q40i_decode(int n, const void *w, size_t ldw, int rows, uint8_t *s) {
+    for (int b = 0; b < n / 32; b++) {
+        uint8_t *o = s + (size_t)b * W40_BYTES;
+        __m256i q[8];
+        float d[8];
+        for (int r = 0; r < 8; r++)
+            q[r] = values_q4_0((const char *)w + (size_t)RP_MIN(r, rows - 1) * ldw, b, &d[r]);
+        /* transpose 8 rows x 8 dwords: out c = dword c of rows 0..7 */
+        __m256i t0 = _mm256_unpacklo_epi32(q[0], q[1]), t1 = _mm256_unpackhi_epi32(q[0], q[1]);
+        __m256i t2 = _mm256_unpacklo_epi32(q[2], q[3]), t3 = _mm256_unpackhi_epi32(q[2], q[3]);
+        __m256i t4 = _mm256_unpacklo_epi32(q[4], q[5]), t5 = _mm256_unpackhi_epi32(q[4], q[5]);
+        __m256i t6 = _mm256_unpacklo_epi32(q[6], q[7]), t7 = _mm256_unpackhi_epi32(q[6], q[7]);
+        /* u0: dword 0 (lo lane) / 4 (hi lane) of rows 0-3 ... */
+        const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+        const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+        const __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
+        const __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
+        const __m256i c[8] = {
+            _mm256_permute2x128_si256(u0, u4, 0x20), _mm256_permute2x128_si256(u1, u5, 0x20),
+            _mm256_permute2x128_si256(u2, u6, 0x20), _mm256_permute2x128_si256(u3, u7, 0x20),
+            _mm256_permute2x128_si256(u0, u4, 0x31), _mm256_permute2x128_si256(u1, u5, 0x31),
+            _mm256_permute2x128_si256(u2, u6, 0x31), _mm256_permute2x128_si256(u3, u7, 0x31)};
+        for (int k = 0; k < 8; k++) {
+            _mm256_storeu_si256((__m256i *)(o + 32 * k), _mm256_sign_epi8(c[k], c[k]));
+            _mm256_storeu_si256((__m256i *)(o + 256 + 32 * k), c[k]);
+        }
+        _mm256_storeu_ps((float *)(o + 512), _mm256_loadu_ps(d));
+    }
+}
+
+static void gemm_run_q4_0i(int n, int nr, const void *w, size_t ldw, const void *xp, size_t ldx,
+                           int cnt, float *y, size_t ldy, void *scratch) {
+    (void)ldx;
+    const int nb = n / 32;
+    const size_t gb = g32_group_bytes(n);
+    const __m256i ones = _mm256_set1_epi16(1);
+    uint8_t *s = scratch;
+    for (int r0 = 0; r0 < nr; r0 += 8) {
+        const int rows = RP_MIN(8, nr - r0);
+        q40i_decode(n, (const char *)w + (size_t)r0 * ldw, ldw, rows, s);
+        for (int t0 = 0; t0 < cnt; t0 += TQ) {
+            const uint8_t *xg = (const uint8_t *)xp + (size_t)(t0 / RP_GEMM_GROUP) * gb;
+            const int tq = t0 % RP_GEMM_GROUP, toks = RP_MIN(TQ, cnt - t0);
+            __m256 acc[TQ];
+            for (int t = 0; t < TQ; t++) acc[t] = _mm256_setzero_ps();
+            for (int b = 0; b < nb; b++) {
+                const uint8_t *o = s + (size_t)b * W40_BYTES, *xb = xg + (size_t)b * G32_BYTES;
+                __m256i p[TQ];
+                for (int t = 0; t < TQ; t++) p[t] = _mm256_setzero_si256();
+                for (int c = 0; c < 8; c++) {
+                    const __m256i aq = _mm256_loadu_si256((const __m256i *)(o + 32 * c)),
+                                  q = _mm256_loadu_si256((const __m256i *)(o + 256 + 32 * c));
+                    for (int t = 0; t < TQ; t++) {
+                        int32_t x4;
+                        memcpy(&x4, xb + 32 * (tq + t) + 4 * c, 4);
+                        const __m256i xv = _mm256_set1_epi32(x4);
+                        p[t] = _mm256_add_epi16(p[t],
+                                                _mm256_maddubs_epi16(aq, _mm256_sign_epi8(xv, q)));
+                    }
+                }
+                const __m256 dw = _mm256_loadu_ps((const float *)(o + 512));
+                const float *dx = (const float *)(xb + 32 * RP_GEMM_GROUP) + tq;
+                for (int t = 0; t < TQ; t++)
+                    acc[t] =
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p[t], ones)),
+                                        _mm256_mul_ps(dw, _mm256_broadcast_ss(dx + t)), acc[t]);
+            }
+            float *yt = y + (size_t)t0 * ldy + (size_t)r0;
+            for (int t = 0; t < toks; t++) {
+                if (rows == 8) {
+                    _mm256_storeu_ps(yt + (size_t)t * ldy, acc[t]);
+                } else {
+                    float tmp[8];
+                    _mm256_storeu_ps(tmp, acc[t]);
+                    for (int r = 0; r < rows; r++) yt[(size_t)t * ldy + (size_t)r] = tmp[r];
+                }
+            }
+        }
+    }
+}
+
+static const rp_gemm_ops gemm_q4_0i = {g32_group_bytes, g32_pack, q40i_scratch, gemm_run_q4_0i};
 
 /* -- Q4_1 / Q5_1 with Q8_1 activations: lanes, plus summs = fma(m, s, summs)
  * per block (the 8 products' chains in the lanes of one vector) ------------- */
@@ -1188,7 +1285,7 @@ void rp_kernels_fill_avx2(rp_kernels *k) {
     k->vec_dot[RP_TYPE_IQ4_XS] = vec_dot_iq4_xs_avx2;
     k->gemm[RP_TYPE_Q8_0] = &gemm_q8_0;
     k->gemm[RP_TYPE_Q5_0] = &gemm_q5_0;
-    k->gemm[RP_TYPE_Q4_0] = &gemm_q4_0;
+    k->gemm[RP_TYPE_Q4_0] = &gemm_q4_0i;
     k->gemm[RP_TYPE_IQ4_NL] = &gemm_iq4_nl;
     k->gemm[RP_TYPE_Q4_K] = &gemm_q4_K;
     k->gemm[RP_TYPE_Q6_K] = &gemm_q6_K;
