@@ -494,14 +494,18 @@ static void act_q8_1_avx2(const float *x, void *y, int64_t n) {
  * keeps the one-row vec_dot's arithmetic exactly:
  *   lanes (Q8_0, Q5_0): one 8-lane float accumulator per product,
  *     acc = fma(dw*dx, (float)lanes, acc), hsum256 at the end;
- *   rows (IQ4_NL, Q4_K): the block's exact integer sum, then
+ *   rows (IQ4_NL): the block's exact integer sum, then
  *     acc = fma((float)sum, dw*dx, acc) per product, the 8 products of a tile
- *     in the 8 lanes of one vector (Q4_K: and accm for the mins).
+ *     in the 8 lanes of one vector.
+ * Q4_0 and Q4_K have tiles of 8 rows interleaved x 4 tokens (below), in the
+ * rows kind's order too.
  * A missing row or token of a tile repeats the last one; it is not stored. */
 
 #define TQ 4 /* tokens of a tile */
 /* the drivers below take the values function as a constant: inlined */
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
+/* the tiles' small loops over tokens, rows and chunks: registers, not arrays */
+#define UNROLL _Pragma("GCC unroll 8")
 
 /* lane k = the sum of the 8 lanes of s[k] (integer: any order is exact) */
 static inline __m256i reduce8_i32(const __m256i *s) {
@@ -601,6 +605,7 @@ static inline __m256i dot_abs(__m256i aw, __m256i w, __m256i x) {
 }
 
 static void w32_lanes_tile(int nb, const uint8_t *s, const uint8_t *xg, int tq, __m256 *acc) {
+    UNROLL
     for (int k = 0; k < 2 * TQ; k++) acc[k] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const uint8_t *o = s + (size_t)b * W32_BYTES, *xb = xg + (size_t)b * G32_BYTES;
@@ -610,6 +615,7 @@ static void w32_lanes_tile(int nb, const uint8_t *s, const uint8_t *xg, int tq, 
                       q1 = _mm256_loadu_si256((const __m256i *)(o + 96));
         const __m256 d0 = _mm256_broadcast_ss((const float *)(o + 128)),
                      d1 = _mm256_broadcast_ss((const float *)(o + 144));
+        UNROLL
         for (int t = 0; t < TQ; t++) {
             const __m256i x = _mm256_loadu_si256((const __m256i *)(xb + 32 * (tq + t)));
             const __m256 dx =
@@ -631,6 +637,7 @@ static __m256 w32_rows_tile(int nb, const uint8_t *s, const uint8_t *xg, int tq)
                       a1 = _mm256_loadu_si256((const __m256i *)(o + 64)),
                       q1 = _mm256_loadu_si256((const __m256i *)(o + 96));
         __m256i p[2 * TQ];
+        UNROLL
         for (int t = 0; t < TQ; t++) {
             const __m256i x = _mm256_loadu_si256((const __m256i *)(xb + 32 * (tq + t)));
             p[t] = dot_abs(a0, q0, x);
@@ -685,11 +692,13 @@ W32_GEMM(iq4_nl, false)
 
 /* -- Q4_K with Q8_K activations ----------------------------------------------- */
 
-/* a group, per super-block: the 16 tokens' qs, their bsums, their d */
+/* a group, per super-block: the 16 tokens' qs, their bsums, their d, their
+ * bsums of 32 (bsums[2j] + bsums[2j+1], 8 int16) */
 #define GK_QS    0
 #define GK_BSUMS (RP_GEMM_GROUP * QK_K)
 #define GK_D     (GK_BSUMS + RP_GEMM_GROUP * 32)
-#define GK_BYTES (GK_D + RP_GEMM_GROUP * 4)
+#define GK_BP    (GK_D + RP_GEMM_GROUP * 4)
+#define GK_BYTES (GK_BP + RP_GEMM_GROUP * 16)
 
 static size_t gk_group_bytes(int n) {
     return (size_t)(n / QK_K) * GK_BYTES;
@@ -705,116 +714,173 @@ static void gk_pack(int n, int cnt, const void *xq, size_t ldx, void *group) {
             memcpy(gi + GK_QS + QK_K * t, x[i].qs, QK_K);
             memcpy(gi + GK_BSUMS + 32 * t, x[i].bsums, 32);
             memcpy(gi + GK_D + 4 * t, &x[i].d, 4);
+            int16_t bp[8];
+            UNROLL
+            for (int j = 0; j < 8; j++)
+                bp[j] = (int16_t)(x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
+            memcpy(gi + GK_BP + 16 * t, bp, 16);
         }
     }
 }
 
-/* the decoded pair of rows, per super-block: the values of row 0 (sub-block j
- * at 32 j, 0..15), of row 1, the scales of row 0 (sub-block j: 16 int16 at
- * 32 j), of row 1, the mins of row 0 (mn[j] at int16 2j and 2j+1), of row 1,
- * d0 x4 d1 x4, dmin0 x4 dmin1 x4 */
-#define WK_Q     0
-#define WK_SC    (2 * QK_K)
-#define WK_MN    (WK_SC + 2 * 256)
-#define WK_D     (WK_MN + 2 * 32)
-#define WK_DM    (WK_D + 32)
-#define WK_BYTES (WK_DM + 32)
+/* -- Q4_K, 8 rows interleaved x 4 tokens (the Q4_0 layout, per sub-block) ------
+ * Per super-block and sub-block j, the 8 rows' values (0..15) side by side by
+ * 4-byte chunk: a token's 4 bytes broadcast give the 8 rows' products in the
+ * lanes; a sub-block's 8 chunks add up exactly in 16 bits (<= 8 * 2 * 15 *
+ * 127), then times the rows' scales (madd) into 32 bits. The mins: lane r =
+ * sum_j mn[r][j] (bsums[2j] + bsums[2j+1]) by madd over pairs of j. Then per
+ * row and token the one-row chains: acc = fma((float)sum, d*dx, acc),
+ * accm = fma((float)msum, dmin*dx, accm), acc - accm. */
+#define W4I_Q     0
+#define W4I_SC    (8 * 256)
+#define W4I_MN    (W4I_SC + 8 * 32)
+#define W4I_D     (W4I_MN + 4 * 32)
+#define W4I_DM    (W4I_D + 32)
+#define W4I_BYTES (W4I_DM + 32)
 
-static size_t q4k_scratch(int n) {
-    return (size_t)(n / QK_K) * WK_BYTES + 64;
+static size_t q4ki_scratch(int n) {
+    return (size_t)(n / QK_K) * W4I_BYTES + 64;
 }
 
-static void q4k_decode(int n, const block_q4_K *a0, const block_q4_K *a1, uint8_t *s) {
+/* out c = dword c of the 8 rows q[0..7] */
+static inline void transpose8x8_epi32(const __m256i *q, __m256i *out) {
+    const __m256i t0 = _mm256_unpacklo_epi32(q[0], q[1]), t1 = _mm256_unpackhi_epi32(q[0], q[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(q[2], q[3]), t3 = _mm256_unpackhi_epi32(q[2], q[3]);
+    const __m256i t4 = _mm256_unpacklo_epi32(q[4], q[5]), t5 = _mm256_unpackhi_epi32(q[4], q[5]);
+    const __m256i t6 = _mm256_unpacklo_epi32(q[6], q[7]), t7 = _mm256_unpackhi_epi32(q[6], q[7]);
+    const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+    const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+    const __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
+    const __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
+    out[0] = _mm256_permute2x128_si256(u0, u4, 0x20);
+    out[1] = _mm256_permute2x128_si256(u1, u5, 0x20);
+    out[2] = _mm256_permute2x128_si256(u2, u6, 0x20);
+    out[3] = _mm256_permute2x128_si256(u3, u7, 0x20);
+    out[4] = _mm256_permute2x128_si256(u0, u4, 0x31);
+    out[5] = _mm256_permute2x128_si256(u1, u5, 0x31);
+    out[6] = _mm256_permute2x128_si256(u2, u6, 0x31);
+    out[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
+}
+
+static void q4ki_decode(int n, const void *w, size_t ldw, int rows, uint8_t *s) {
     for (int i = 0; i < n / QK_K; i++) {
-        uint8_t *o = s + (size_t)i * WK_BYTES;
-        float d[2], dm[2];
-        for (int r = 0; r < 2; r++) {
-            const block_q4_K *a = (r ? a1 : a0) + i;
-            uint8_t sc[8], mn[8];
-            for (int j = 0; j < 8; j++) rp_k4_scale_min(j, a->scales, &sc[j], &mn[j]);
-            int16_t mins[16];
+        uint8_t *o = s + (size_t)i * W4I_BYTES;
+        int16_t sc[8][16], mn[4][16];
+        float d[8], dm[8];
+        __m256i v[8][8]; /* [sub-block][row] */
+        UNROLL
+        for (int r = 0; r < 8; r++) {
+            const block_q4_K *a =
+                (const block_q4_K *)((const char *)w + (size_t)RP_MIN(r, rows - 1) * ldw) + i;
+            UNROLL
             for (int j = 0; j < 8; j++) {
-                mins[2 * j] = mins[2 * j + 1] = mn[j];
-                _mm256_storeu_si256((__m256i *)(o + WK_SC + 256 * r + 32 * j),
-                                    _mm256_set1_epi16(sc[j]));
+                uint8_t s8, m8;
+                rp_k4_scale_min(j, a->scales, &s8, &m8);
+                sc[j][2 * r] = sc[j][2 * r + 1] = s8;
+                mn[j / 2][2 * r + j % 2] = m8;
             }
-            memcpy(o + WK_MN + 32 * r, mins, 32);
+            UNROLL
             for (int c = 0; c < 4; c++) {
                 const __m256i bits = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * c));
-                _mm256_storeu_si256((__m256i *)(o + WK_Q + QK_K * r + 64 * c),
-                                    _mm256_and_si256(bits, _mm256_set1_epi8(0xF)));
-                _mm256_storeu_si256(
-                    (__m256i *)(o + WK_Q + QK_K * r + 64 * c + 32),
-                    _mm256_and_si256(_mm256_srli_epi16(bits, 4), _mm256_set1_epi8(0xF)));
+                v[2 * c][r] = _mm256_and_si256(bits, _mm256_set1_epi8(0xF));
+                v[2 * c + 1][r] =
+                    _mm256_and_si256(_mm256_srli_epi16(bits, 4), _mm256_set1_epi8(0xF));
             }
             d[r] = f16(a->d);
             dm[r] = f16(a->dmin);
         }
-        _mm256_storeu_ps((float *)(o + WK_D),
-                         _mm256_setr_ps(d[0], d[0], d[0], d[0], d[1], d[1], d[1], d[1]));
-        _mm256_storeu_ps((float *)(o + WK_DM),
-                         _mm256_setr_ps(dm[0], dm[0], dm[0], dm[0], dm[1], dm[1], dm[1], dm[1]));
-    }
-}
-
-/* acc - accm of the 8 products of a tile */
-static __m256 q4k_tile(int nb, const uint8_t *s, const uint8_t *xg, int tq) {
-    __m256 acc = _mm256_setzero_ps(), accm = acc;
-    for (int i = 0; i < nb; i++) {
-        const uint8_t *o = s + (size_t)i * WK_BYTES, *xi = xg + (size_t)i * GK_BYTES;
-        __m256i p[2 * TQ];
-        for (int k = 0; k < 2 * TQ; k++) p[k] = _mm256_setzero_si256();
+        UNROLL
         for (int j = 0; j < 8; j++) {
-            const __m256i w0 = _mm256_loadu_si256((const __m256i *)(o + WK_Q + 32 * j)),
-                          w1 = _mm256_loadu_si256((const __m256i *)(o + WK_Q + QK_K + 32 * j));
-            const __m256i s0 = _mm256_loadu_si256((const __m256i *)(o + WK_SC + 32 * j)),
-                          s1 = _mm256_loadu_si256((const __m256i *)(o + WK_SC + 256 + 32 * j));
-            for (int t = 0; t < TQ; t++) {
-                const __m256i x =
-                    _mm256_loadu_si256((const __m256i *)(xi + GK_QS + QK_K * (tq + t) + 32 * j));
-                p[t] = _mm256_add_epi32(p[t], _mm256_madd_epi16(_mm256_maddubs_epi16(w0, x), s0));
-                p[TQ + t] =
-                    _mm256_add_epi32(p[TQ + t], _mm256_madd_epi16(_mm256_maddubs_epi16(w1, x), s1));
-            }
+            __m256i c[8];
+            transpose8x8_epi32(v[j], c);
+            UNROLL
+            for (int k = 0; k < 8; k++)
+                _mm256_storeu_si256((__m256i *)(o + W4I_Q + 256 * j + 32 * k), c[k]);
         }
-        const __m256i sum = reduce8_i32(p);
-        const __m256i m0 = _mm256_loadu_si256((const __m256i *)(o + WK_MN)),
-                      m1 = _mm256_loadu_si256((const __m256i *)(o + WK_MN + 32));
-        for (int t = 0; t < TQ; t++) {
-            const __m256i bs = _mm256_loadu_si256((const __m256i *)(xi + GK_BSUMS + 32 * (tq + t)));
-            p[t] = _mm256_madd_epi16(bs, m0);
-            p[TQ + t] = _mm256_madd_epi16(bs, m1);
-        }
-        const __m256i msum = reduce8_i32(p);
-        const __m256 dx = _mm256_broadcast_ps((const __m128 *)(xi + GK_D + 4 * tq));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum),
-                              _mm256_mul_ps(_mm256_loadu_ps((const float *)(o + WK_D)), dx), acc);
-        accm =
-            _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum),
-                            _mm256_mul_ps(_mm256_loadu_ps((const float *)(o + WK_DM)), dx), accm);
+        memcpy(o + W4I_SC, sc, sizeof sc);
+        memcpy(o + W4I_MN, mn, sizeof mn);
+        memcpy(o + W4I_D, d, sizeof d);
+        memcpy(o + W4I_DM, dm, sizeof dm);
     }
-    return _mm256_sub_ps(acc, accm);
 }
 
-static void gemm_run_q4_K(int n, int nr, const void *w, size_t ldw, const void *xp, size_t ldx,
-                          int cnt, float *y, size_t ldy, void *scratch) {
+static inline __m256i bcast32(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+static void gemm_run_q4_Ki(int n, int nr, const void *w, size_t ldw, const void *xp, size_t ldx,
+                           int cnt, float *y, size_t ldy, void *scratch) {
     (void)ldx;
     const int nb = n / QK_K;
     const size_t gb = gk_group_bytes(n);
-    for (int r0 = 0; r0 < nr; r0 += 2) {
-        const int rows = RP_MIN(2, nr - r0);
-        const char *w0 = (const char *)w + (size_t)r0 * ldw;
-        q4k_decode(n, (const block_q4_K *)w0, (const block_q4_K *)(rows == 2 ? w0 + ldw : w0),
-                   scratch);
+    uint8_t *s = scratch;
+    for (int r0 = 0; r0 < nr; r0 += 8) {
+        const int rows = RP_MIN(8, nr - r0);
+        q4ki_decode(n, (const char *)w + (size_t)r0 * ldw, ldw, rows, s);
         for (int t0 = 0; t0 < cnt; t0 += TQ) {
             const uint8_t *xg = (const uint8_t *)xp + (size_t)(t0 / RP_GEMM_GROUP) * gb;
-            store_tile(y + (size_t)t0 * ldy + (size_t)r0, ldy,
-                       q4k_tile(nb, scratch, xg, t0 % RP_GEMM_GROUP), rows, RP_MIN(TQ, cnt - t0));
+            const int tq = t0 % RP_GEMM_GROUP, toks = RP_MIN(TQ, cnt - t0);
+            __m256 acc[TQ], accm[TQ];
+            UNROLL
+            for (int t = 0; t < TQ; t++) acc[t] = accm[t] = _mm256_setzero_ps();
+            for (int i = 0; i < nb; i++) {
+                const uint8_t *o = s + (size_t)i * W4I_BYTES, *xi = xg + (size_t)i * GK_BYTES;
+                __m256i p[TQ];
+                UNROLL
+                for (int t = 0; t < TQ; t++) p[t] = _mm256_setzero_si256();
+                UNROLL
+                for (int j = 0; j < 8; j++) {
+                    __m256i h[TQ];
+                    UNROLL
+                    for (int t = 0; t < TQ; t++) h[t] = _mm256_setzero_si256();
+                    UNROLL
+                    for (int c = 0; c < 8; c++) {
+                        const __m256i wv =
+                            _mm256_loadu_si256((const __m256i *)(o + W4I_Q + 256 * j + 32 * c));
+                        UNROLL
+                        for (int t = 0; t < TQ; t++)
+                            h[t] = _mm256_add_epi16(
+                                h[t],
+                                _mm256_maddubs_epi16(
+                                    wv, bcast32(xi + GK_QS + QK_K * (tq + t) + 32 * j + 4 * c)));
+                    }
+                    const __m256i sc = _mm256_loadu_si256((const __m256i *)(o + W4I_SC + 32 * j));
+                    UNROLL
+                    for (int t = 0; t < TQ; t++)
+                        p[t] = _mm256_add_epi32(p[t], _mm256_madd_epi16(h[t], sc));
+                }
+                const __m256 dw = _mm256_loadu_ps((const float *)(o + W4I_D)),
+                             dm = _mm256_loadu_ps((const float *)(o + W4I_DM));
+                UNROLL
+                for (int t = 0; t < TQ; t++) {
+                    const uint8_t *bp = xi + GK_BP + 16 * (tq + t);
+                    __m256i m = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(o + W4I_MN)),
+                                                  bcast32(bp));
+                    for (int k = 1; k < 4; k++)
+                        m = _mm256_add_epi32(
+                            m, _mm256_madd_epi16(
+                                   _mm256_loadu_si256((const __m256i *)(o + W4I_MN + 32 * k)),
+                                   bcast32(bp + 4 * k)));
+                    const __m256 dx = _mm256_broadcast_ss((const float *)(xi + GK_D) + tq + t);
+                    acc[t] =
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[t]), _mm256_mul_ps(dw, dx), acc[t]);
+                    accm[t] =
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(dm, dx), accm[t]);
+                }
+            }
+            float *yt = y + (size_t)t0 * ldy + (size_t)r0;
+            for (int t = 0; t < toks; t++) {
+                float tmp[8];
+                _mm256_storeu_ps(tmp, _mm256_sub_ps(acc[t], accm[t]));
+                for (int r = 0; r < rows; r++) yt[(size_t)t * ldy + (size_t)r] = tmp[r];
+            }
         }
     }
 }
 
-static const rp_gemm_ops gemm_q4_K = {gk_group_bytes, gk_pack, q4k_scratch, gemm_run_q4_K};
+static const rp_gemm_ops gemm_q4_Ki = {gk_group_bytes, gk_pack, q4ki_scratch, gemm_run_q4_Ki};
 
 /* -- Q4_0, 8 rows interleaved x 4 tokens ----------------------------------------
  * The 8 rows of a tile decoded into 4-byte chunks side by side (chunk c of a
@@ -836,6 +902,7 @@ static void q40i_decode(int n, const void *w, size_t ldw, int rows, uint8_t *s) 
         uint8_t *o = s + (size_t)b * W40_BYTES;
         __m256i q[8];
         float d[8];
+        UNROLL
         for (int r = 0; r < 8; r++)
             q[r] = values_q4_0((const char *)w + (size_t)RP_MIN(r, rows - 1) * ldw, b, &d[r]);
         /* transpose 8 rows x 8 dwords: out c = dword c of rows 0..7 */
@@ -853,6 +920,7 @@ static void q40i_decode(int n, const void *w, size_t ldw, int rows, uint8_t *s) 
             _mm256_permute2x128_si256(u2, u6, 0x20), _mm256_permute2x128_si256(u3, u7, 0x20),
             _mm256_permute2x128_si256(u0, u4, 0x31), _mm256_permute2x128_si256(u1, u5, 0x31),
             _mm256_permute2x128_si256(u2, u6, 0x31), _mm256_permute2x128_si256(u3, u7, 0x31)};
+        UNROLL
         for (int k = 0; k < 8; k++) {
             _mm256_storeu_si256((__m256i *)(o + 32 * k), _mm256_sign_epi8(c[k], c[k]));
             _mm256_storeu_si256((__m256i *)(o + 256 + 32 * k), c[k]);
@@ -875,14 +943,18 @@ static void gemm_run_q4_0i(int n, int nr, const void *w, size_t ldw, const void 
             const uint8_t *xg = (const uint8_t *)xp + (size_t)(t0 / RP_GEMM_GROUP) * gb;
             const int tq = t0 % RP_GEMM_GROUP, toks = RP_MIN(TQ, cnt - t0);
             __m256 acc[TQ];
+            UNROLL
             for (int t = 0; t < TQ; t++) acc[t] = _mm256_setzero_ps();
             for (int b = 0; b < nb; b++) {
                 const uint8_t *o = s + (size_t)b * W40_BYTES, *xb = xg + (size_t)b * G32_BYTES;
                 __m256i p[TQ];
+                UNROLL
                 for (int t = 0; t < TQ; t++) p[t] = _mm256_setzero_si256();
+                UNROLL
                 for (int c = 0; c < 8; c++) {
                     const __m256i aq = _mm256_loadu_si256((const __m256i *)(o + 32 * c)),
                                   q = _mm256_loadu_si256((const __m256i *)(o + 256 + 32 * c));
+                    UNROLL
                     for (int t = 0; t < TQ; t++) {
                         int32_t x4;
                         memcpy(&x4, xb + 32 * (tq + t) + 4 * c, 4);
@@ -893,6 +965,7 @@ static void gemm_run_q4_0i(int n, int nr, const void *w, size_t ldw, const void 
                 }
                 const __m256 dw = _mm256_loadu_ps((const float *)(o + 512));
                 const float *dx = (const float *)(xb + 32 * RP_GEMM_GROUP) + tq;
+                UNROLL
                 for (int t = 0; t < TQ; t++)
                     acc[t] =
                         _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p[t], ones)),
@@ -978,6 +1051,7 @@ ALWAYS_INLINE void w1_decode(int n, const void *w0, const void *w1, w1_values_fn
 /* the 8 products' lane accumulators and their summs */
 static __m256 w1_tile(int nb, const uint8_t *s, const uint8_t *xg, int tq, __m256 *acc) {
     __m256 summs = _mm256_setzero_ps();
+    UNROLL
     for (int k = 0; k < 2 * TQ; k++) acc[k] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const uint8_t *o = s + (size_t)b * W1_BYTES, *xb = xg + (size_t)b * G1_BYTES;
@@ -988,6 +1062,7 @@ static __m256 w1_tile(int nb, const uint8_t *s, const uint8_t *xg, int tq, __m25
                       q1 = _mm256_loadu_si256((const __m256i *)(o + 32));
         const __m256 d0 = _mm256_broadcast_ss((const float *)(o + 64)),
                      d1 = _mm256_broadcast_ss((const float *)(o + 80));
+        UNROLL
         for (int t = 0; t < TQ; t++) {
             const __m256i x = _mm256_loadu_si256((const __m256i *)(xb + 32 * (tq + t)));
             const __m256 dx = _mm256_broadcast_ss(xd + t);
@@ -1054,6 +1129,7 @@ static void q6k_decode(int n, const block_q6_K *a0, const block_q6_K *a1, uint8_
     const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
     for (int i = 0; i < n / QK_K; i++) {
         uint8_t *o = s + (size_t)i * W6_BYTES;
+        UNROLL
         for (int r = 0; r < 2; r++) {
             const block_q6_K *a = (r ? a1 : a0) + i;
             uint8_t *q = o + W6_Q + QK_K * r;
@@ -1073,6 +1149,7 @@ static void q6k_decode(int n, const block_q6_K *a0, const block_q6_K *a1, uint8_
                     _mm256_or_si256(
                         _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m3), 4))};
+                UNROLL
                 for (int k = 0; k < 4; k++) {
                     const int g = 8 * h + 2 * k;
                     const short s0 = a->scales[g], s1 = a->scales[g + 1];
@@ -1091,16 +1168,20 @@ static void q6k_decode(int n, const block_q6_K *a0, const block_q6_K *a1, uint8_
 }
 
 static void q6k_tile(int nb, const uint8_t *s, const uint8_t *xg, int tq, __m256 *acc) {
+    UNROLL
     for (int k = 0; k < 2 * TQ; k++) acc[k] = _mm256_setzero_ps();
     for (int i = 0; i < nb; i++) {
         const uint8_t *o = s + (size_t)i * W6_BYTES, *xi = xg + (size_t)i * GK_BYTES;
         __m256i p[2 * TQ];
+        UNROLL
         for (int k = 0; k < 2 * TQ; k++) p[k] = _mm256_setzero_si256();
+        UNROLL
         for (int c = 0; c < 8; c++) {
             const __m256i w0 = _mm256_loadu_si256((const __m256i *)(o + W6_Q + 32 * c)),
                           w1 = _mm256_loadu_si256((const __m256i *)(o + W6_Q + QK_K + 32 * c));
             const __m256i s0 = _mm256_loadu_si256((const __m256i *)(o + W6_SC + 32 * c)),
                           s1 = _mm256_loadu_si256((const __m256i *)(o + W6_SC + 256 + 32 * c));
+            UNROLL
             for (int t = 0; t < TQ; t++) {
                 const __m256i x =
                     _mm256_loadu_si256((const __m256i *)(xi + GK_QS + QK_K * (tq + t) + 32 * c));
@@ -1113,6 +1194,7 @@ static void q6k_tile(int nb, const uint8_t *s, const uint8_t *xg, int tq, __m256
                       c1 = _mm256_loadu_si256((const __m256i *)(o + W6_S16 + 32));
         const __m256 dw0 = _mm256_broadcast_ss((const float *)(o + W6_D)),
                      dw1 = _mm256_broadcast_ss((const float *)(o + W6_D + 4));
+        UNROLL
         for (int t = 0; t < TQ; t++) {
             const __m256i bs = _mm256_loadu_si256((const __m256i *)(xi + GK_BSUMS + 32 * (tq + t)));
             const __m256 dx = _mm256_broadcast_ss((const float *)(xi + GK_D) + tq + t);
@@ -1287,7 +1369,7 @@ void rp_kernels_fill_avx2(rp_kernels *k) {
     k->gemm[RP_TYPE_Q5_0] = &gemm_q5_0;
     k->gemm[RP_TYPE_Q4_0] = &gemm_q4_0i;
     k->gemm[RP_TYPE_IQ4_NL] = &gemm_iq4_nl;
-    k->gemm[RP_TYPE_Q4_K] = &gemm_q4_K;
+    k->gemm[RP_TYPE_Q4_K] = &gemm_q4_Ki;
     k->gemm[RP_TYPE_Q6_K] = &gemm_q6_K;
     k->gemm[RP_TYPE_Q4_1] = &gemm_q4_1;
     k->gemm[RP_TYPE_Q5_1] = &gemm_q5_1;
