@@ -312,15 +312,32 @@ static void vec_dot_q3_K_avx2(int n, float *s, const void *w, const void *x) {
     *s = acc;
 }
 
+/* the 8 6-bit scales and mins of a Q4_K / Q5_K block (rp_k4_scale_min for
+ * every j, on 32-bit words) */
+static inline void k4_scales_mins(const uint8_t *q, uint8_t *sc, uint8_t *mn) {
+    uint32_t u[3];
+    memcpy(u, q, 12);
+    const uint32_t m6 = 0x3f3f3f3fu, m4 = 0x0f0f0f0fu, m2 = 0x03030303u;
+    const uint32_t s0 = u[0] & m6, s1 = (u[2] & m4) | (((u[0] >> 6) & m2) << 4);
+    const uint32_t n0 = u[1] & m6, n1 = ((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4);
+    memcpy(sc, &s0, 4);
+    memcpy(sc + 4, &s1, 4);
+    memcpy(mn, &n0, 4);
+    memcpy(mn + 4, &n1, 4);
+}
+
 static void vec_dot_q4_K_avx2(int n, float *s, const void *w, const void *x) {
     const block_q4_K *a = w;
     const block_q8_K *b = x;
     float acc = 0, accm = 0;
     for (int i = 0; i < n / QK_K; i++) {
         uint8_t sc[8], mn[8];
-        for (int j = 0; j < 8; j++) rp_k4_scale_min(j, a[i].scales, &sc[j], &mn[j]);
-        int msum = 0;
-        for (int j = 0; j < 8; j++) msum += mn[j] * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
+        k4_scales_mins(a[i].scales, sc, mn);
+        /* sum_j mn[j] (bsums[2j] + bsums[2j+1]), exactly */
+        const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(
+            _mm_loadl_epi64((const __m128i *)mn), _mm_loadl_epi64((const __m128i *)mn)));
+        const int msum =
+            hsum_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)b[i].bsums), mins16));
         __m256i sumi = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
             __m256i bits = _mm256_loadu_si256((const __m256i *)(a[i].qs + 32 * c));
@@ -345,9 +362,11 @@ static void vec_dot_q5_K_avx2(int n, float *s, const void *w, const void *x) {
     float acc = 0;
     for (int i = 0; i < n / QK_K; i++) {
         uint8_t sc[8], mn[8];
-        for (int j = 0; j < 8; j++) rp_k4_scale_min(j, a[i].scales, &sc[j], &mn[j]);
-        int total = 0;
-        for (int j = 0; j < 8; j++) total += mn[j] * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
+        k4_scales_mins(a[i].scales, sc, mn);
+        const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(
+            _mm_loadl_epi64((const __m128i *)mn), _mm_loadl_epi64((const __m128i *)mn)));
+        const int total =
+            hsum_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)b[i].bsums), mins16));
         const __m256i hbits = _mm256_loadu_si256((const __m256i *)a[i].qh);
         __m256i sumi = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
