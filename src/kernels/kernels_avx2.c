@@ -390,13 +390,25 @@ static void vec_dot_q5_K_avx2(int n, float *s, const void *w, const void *x) {
     *s = acc;
 }
 
+/* shuffles of 8 int16 scales (both lanes) giving scale 2k x 8 in the low
+ * lane and 2k + 1 x 8 in the high lane */
+#define K6S(a, b)                                                                                  \
+    _mm256_setr_epi8(a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a,      \
+                     a + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1,  \
+                     b, b + 1)
+
 static void vec_dot_q6_K_avx2(int n, float *s, const void *w, const void *x) {
     const block_q6_K *a = w;
     const block_q8_K *b = x;
     __m256 acc = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
+    const __m256i k6_scale_shuf[4] = {K6S(0, 2), K6S(4, 6), K6S(8, 10), K6S(12, 14)};
     for (int i = 0; i < n / QK_K; i++) {
         const float d = b[i].d * f16(a[i].d);
+        /* the 16 scales as int16; half h's 8 in both 128-bit lanes */
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a[i].scales));
+        const __m256i sch[2] = {_mm256_permute2x128_si256(sc16, sc16, 0x00),
+                                _mm256_permute2x128_si256(sc16, sc16, 0x11)};
         __m256i sumi = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
             __m256i l0 = _mm256_loadu_si256((const __m256i *)(a[i].ql + 64 * h));
@@ -415,12 +427,10 @@ static void vec_dot_q6_K_avx2(int n, float *s, const void *w, const void *x) {
                 _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                 _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m3), 4));
             for (int k = 0; k < 4; k++) {
-                const int g = 8 * h + 2 * k;
                 __m256i xv = _mm256_loadu_si256((const __m256i *)(b[i].qs + 128 * h + 32 * k));
                 __m256i p16 = _mm256_maddubs_epi16(q[k], xv);
-                const short s0 = a[i].scales[g], s1 = a[i].scales[g + 1];
-                __m256i scv = _mm256_setr_epi16(s0, s0, s0, s0, s0, s0, s0, s0, s1, s1, s1, s1, s1,
-                                                s1, s1, s1);
+                /* scale 8h + 2k in the low lane, 8h + 2k + 1 in the high lane */
+                const __m256i scv = _mm256_shuffle_epi8(sch[h], k6_scale_shuf[k]);
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, scv));
             }
         }
