@@ -165,11 +165,49 @@ static void vec_dot_q8_0_avx2(int n, float *s, const void *w, const void *x) {
     *s = hsum256(acc);
 }
 
+/* the f16 d of 4 consecutive blocks (stride bytes apart) as floats */
+static inline __m128 d4_f16(const uint8_t *p, size_t stride) {
+    uint16_t h0, h1, h2, h3;
+    memcpy(&h0, p, 2);
+    memcpy(&h1, p + stride, 2);
+    memcpy(&h2, p + 2 * stride, 2);
+    memcpy(&h3, p + 3 * stride, 2);
+    __m128i v = _mm_cvtsi32_si128(h0);
+    v = _mm_insert_epi16(v, h1, 1);
+    v = _mm_insert_epi16(v, h2, 2);
+    v = _mm_insert_epi16(v, h3, 3);
+    return _mm_cvtph_ps(v);
+}
+
+/* acc = fma((float)sum, dw*dx, acc) per block, in block order; 4 blocks'
+ * sums reduced together, then the chain on lane 0 */
 static void vec_dot_q4_0_avx2(int n, float *s, const void *w, const void *x) {
     const block_q4_0 *a = w;
     const block_q8_0 *b = x;
-    float acc = 0;
-    for (int i = 0; i < n / QK8_0; i++) {
+    const int nb = n / QK8_0;
+    __m128 acc4 = _mm_setzero_ps();
+    int i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        const __m256i p0 = dot_i8(_mm256_sub_epi8(nibbles32(a[i].qs), _mm256_set1_epi8(8)),
+                                  _mm256_loadu_si256((const __m256i *)b[i].qs));
+        const __m256i p1 = dot_i8(_mm256_sub_epi8(nibbles32(a[i + 1].qs), _mm256_set1_epi8(8)),
+                                  _mm256_loadu_si256((const __m256i *)b[i + 1].qs));
+        const __m256i p2 = dot_i8(_mm256_sub_epi8(nibbles32(a[i + 2].qs), _mm256_set1_epi8(8)),
+                                  _mm256_loadu_si256((const __m256i *)b[i + 2].qs));
+        const __m256i p3 = dot_i8(_mm256_sub_epi8(nibbles32(a[i + 3].qs), _mm256_set1_epi8(8)),
+                                  _mm256_loadu_si256((const __m256i *)b[i + 3].qs));
+        const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
+        const __m128 sf = _mm_cvtepi32_ps(
+            _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+        const __m128 d = _mm_mul_ps(d4_f16((const uint8_t *)&a[i].d, sizeof *a),
+                                    d4_f16((const uint8_t *)&b[i].d, sizeof *b));
+        acc4 = _mm_fmadd_ss(sf, d, acc4);
+        acc4 = _mm_fmadd_ss(_mm_shuffle_ps(sf, sf, 1), _mm_shuffle_ps(d, d, 1), acc4);
+        acc4 = _mm_fmadd_ss(_mm_shuffle_ps(sf, sf, 2), _mm_shuffle_ps(d, d, 2), acc4);
+        acc4 = _mm_fmadd_ss(_mm_shuffle_ps(sf, sf, 3), _mm_shuffle_ps(d, d, 3), acc4);
+    }
+    float acc = _mm_cvtss_f32(acc4);
+    for (; i < nb; i++) {
         __m256i q = _mm256_sub_epi8(nibbles32(a[i].qs), _mm256_set1_epi8(8));
         int sum = hsum_i32(dot_i8(q, _mm256_loadu_si256((const __m256i *)b[i].qs)));
         acc = fmaf((float)sum, f16(a[i].d) * f16(b[i].d), acc);
