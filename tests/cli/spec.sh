@@ -67,6 +67,13 @@ if cmp -s "$T/c1.txt" "$T/c2.txt" && [ "$(grep -c '^\[speculative:' "$T/c.err")"
 "$BIN" chat -m "$Q35" --chat-template chatml --temp 0 -n 20 -t 1 < "$T/chat.in" > "$T/c1.txt" 2>/dev/null
 "$BIN" chat -m "$Q35" --chat-template chatml --temp 0 -n 20 -t 1 --spec-mtp --draft-p-min 0 < "$T/chat.in" > "$T/c2.txt" 2> "$T/c.err"
 cmp -s "$T/c1.txt" "$T/c2.txt" && ok chat_mtp_same_answers || fail chat_mtp_same_answers "$(tail -3 "$T/c.err")"
+# three turns on Q4_K_M with an F32 cache (batch orders differ from one-token
+# orders on AVX-512): each turn's tokens are decoded as plain chat decodes
+# them, the answer's tokens in their one-token orders (before: different text)
+printf 'Hello there\nTell me a story\nAnd another one\n' > "$T/chat3.in"
+"$BIN" chat -m "$Q4KM" --chat-template chatml --temp 0 -n 30 -t 2 -ctk f32 -ctv f32 < "$T/chat3.in" > "$T/c1.txt" 2>/dev/null
+"$BIN" chat -m "$Q4KM" --chat-template chatml --temp 0 -n 30 -t 2 -ctk f32 -ctv f32 --spec --draft-max 6 --draft-p-min 0 < "$T/chat3.in" > "$T/c2.txt" 2> "$T/c.err"
+[ -s "$T/c1.txt" ] && cmp -s "$T/c1.txt" "$T/c2.txt" && ok chat_q4km_f32cache_same_answers || fail chat_q4km_f32cache_same_answers "$(tail -3 "$T/c.err")"
 
 # bench: plain and speculative generation side by side
 "$BIN" bench -m "$M" -p 0 -n 16 -r 1 -t 1 --draft-plan 0,1,3,4 > "$T/bench.txt" 2> "$T/bench.err"
