@@ -589,9 +589,13 @@ static rp_status target_feed(rp_spec *s, int seq, int from) {
     if ((st = target_sync_to(s, seq, from, true))) return st;
     if (!q->lg && !(q->lg = rp_malloc((size_t)s->n_vocab * sizeof(float), "target logits")))
         return RP_ERR_NOMEM;
-    if ((st = decode_rows(s, s->t, seq, q->tok + from, from, q->n - from, q->n - 1, s->head != NULL,
-                          false)))
-        return st;
+    /* (MTP: every row gives its hidden state, plain decoding's last row alone
+     * an output: the output rows in the one-token orders) */
+    s->t->cc.one_tok_out = s->head != NULL;
+    st = decode_rows(s, s->t, seq, q->tok + from, from, q->n - from, q->n - 1, s->head != NULL,
+                     false);
+    s->t->cc.one_tok_out = false;
+    if (st) return st;
     const float *lg = rp_get_logits(s->t, s->t->n_batch_last - 1);
     if (!lg)
         return rp_fail(RP_ERR_INTERNAL,

@@ -21,6 +21,10 @@ typedef struct rp_compute {
      * V order (rp_attention). A speculative target's verification sets it, so
      * that its rows equal plain decoding's, token by token. */
     bool one_tok;
+    /* one_tok from the last step's feed-forward on (the rows that give
+     * outputs), for a prompt decoded with every row an output as plain
+     * decoding computes its one output row (qwen35: the MTP target). */
+    bool one_tok_out;
 } rp_compute;
 
 /* Scratch bytes a matmul over n_tok rows of n_in activations may need. */
