@@ -431,11 +431,10 @@ static rp_status decode_in(rp_context *c, const rp_batch *b, bool one_tok) {
 
 /* Decodes toks[0..n) at positions pos0.. of seq into c, in one rp_decode
  * (one_tok: in the one-token orders). Rows at positions >= out_from give
- * logits. With capture (the MTP target)
- * the rows whose hidden state the buffer lacks give outputs too and are
- * stored; then a long run of such rows is decoded in chunks of HIDDEN_CHUNK
- * outputs (each output row also gets logits), the rows from out_from on
- * always in the last one. */
+ * logits. With capture (the MTP target) the rows whose hidden state the
+ * buffer lacks give outputs too and are stored; then a long run of such rows
+ * is decoded in chunks of HIDDEN_CHUNK outputs (each output row also gets
+ * logits), the rows from out_from on always in the last one. */
 static rp_status decode_rows(rp_spec *s, rp_context *c, int seq, const int32_t *toks, int pos0,
                              int n, int out_from, bool capture, bool one_tok) {
     spec_seq *q = &s->seq[seq];

@@ -38,6 +38,11 @@ same_text greedy_qwen3_q4km "$Q4KM" "--repeat-layers 2,5 -t 2" "--spec --draft-m
 same_text greedy_qwen3_q4km_f32cache "$Q4KM" "-t 2 -ctk f32 -ctv f32" "--spec --draft-max 6 --draft-p-min 0" --tokens "$TOK"
 same_text greedy_qwen3_q4km_f32cache_short "$Q4KM" "-t 2 -ctk f32 -ctv f32" "--spec --draft-max 6 --draft-p-min 0" --tokens 1,90,33,12
 same_text greedy_qwen3_q4km_f32cache_plan "$Q4KM" "-t 2 -ctk f32 -ctv f32" "--draft-plan 0..2,5..7 --draft-max 3 --draft-p-min 0" --tokens "$TOK"
+# the MTP target on Q4_K_M with an F32 cache: its prompt rows are all outputs
+# (the head's hidden states), in the one-token orders from the last
+# feed-forward on (rp_compute.one_tok_out), as plain decoding's one output row
+"$BIN" quantize "$Q35" "$T/q35-q4km.gguf" Q4_K_M -t 2 > /dev/null 2>&1
+same_text greedy_qwen35_mtp_q4km_f32cache "$T/q35-q4km.gguf" "-t 2 -ctk f32 -ctv f32" "--spec-mtp --draft-max 3 --draft-p-min 0" --tokens 5,6,7,8,9,10,11,12,13,14,15,16
 # sliding-window rings (gemma3, micro-batch 16: rings of window + 15 cells) roll back
 same_text greedy_gemma3_rings "$S/models/synth/gemma3-tiny.gguf" "-b 16" "--draft-plan 0,2..5 --draft-max 8 --draft-p-min 0" --tokens "$TOK"
 # zamba2: Mamba2 state restored from checkpoints in the target (a repeat plan) and the draft
