@@ -26,6 +26,7 @@
 /* the lane loops must be unrolled so their accumulators stay in registers */
 #define UNROLL8  _Pragma("GCC unroll 8")
 #define UNROLL16 _Pragma("GCC unroll 16")
+#define UNROLL3  _Pragma("GCC unroll 3")
 
 static inline float f16(uint16_t h) {
     return _cvtsh_ss(h);
@@ -507,10 +508,12 @@ b32m_tile(int nb, const b32m_row *R, int nr, const uint8_t *xg, float *y, size_t
         const __m512i *xs = (const __m512i *)(xg + (size_t)b * B32_BYTES);
         const __m512 dx = _mm512_load_ps((const float *)(xs + 8));
         __m512 d[3];
+        UNROLL3
         for (int r = 0; r < nr; r++) d[r] = _mm512_mul_ps(_mm512_set1_ps(R[r].dw[b]), dx);
         UNROLL8
         for (int l = 0; l < 8; l++) {
             const __m512i x = _mm512_load_si512(xs + l);
+            UNROLL3
             for (int r = 0; r < nr; r++) {
                 const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
                                                       bcast32(R[r].v + 32 * b + 4 * l), x);
