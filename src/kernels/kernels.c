@@ -10,13 +10,16 @@ static void build(void) {
         rp_kernels *k = &g_tables[l];
         rp_kernels_fill_ref(k);
         rp_attn_fill_ref(k);
+        rp_act_fill_ref(k);
         if (l >= RP_ISA_AVX2) {
             rp_kernels_fill_avx2(k);
             rp_attn_fill_avx2(k);
+            rp_act_fill_avx2(k);
         }
         if (l >= RP_ISA_AVX512) {
             rp_kernels_fill_avx512(k);
             rp_attn_fill_avx512(k);
+            rp_act_fill_avx512(k);
         }
         k->isa = (rp_isa)l;
     }

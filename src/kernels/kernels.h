@@ -167,6 +167,10 @@ typedef struct rp_kernels {
     void (*kv_to_f32[RP_TYPE_COUNT])(const void *row, float *y, int n);
     /* optional: attention over a split of keys (see rp_attn_split) */
     rp_attn_split_fn attn_split;
+    /* gate[i] = GELU(gate[i]) * up[i] as ggml's CPU backend computes it
+     * (GGML_GELU_FP16): 0 at or below -10, x from 10 up, between them
+     * tab[x rounded to fp16] (rp_gelu_f16_table) */
+    void (*geglu_f16)(float *gate, const float *up, int n, const float *tab);
     /* gated delta-net: the delta rule and the conv, per token */
     rp_delta_token_fn delta_token;
     rp_conv_token_fn conv_token;
@@ -194,5 +198,11 @@ void rp_kernels_fill_avx512(rp_kernels *k);
 void rp_attn_fill_ref(rp_kernels *k);
 void rp_attn_fill_avx2(rp_kernels *k);
 void rp_attn_fill_avx512(rp_kernels *k);
+/* The table-read activations (act_*.c), and their table: GELU of each fp16
+ * value, rounded to fp16 and widened back (65536 floats, built once). */
+void rp_act_fill_ref(rp_kernels *k);
+void rp_act_fill_avx2(rp_kernels *k);
+void rp_act_fill_avx512(rp_kernels *k);
+const float *rp_gelu_f16_table(void);
 
 #endif

@@ -144,32 +144,10 @@ void rp_gelu_tanh_mul(float *gate, const float *up, int n) {
     }
 }
 
-/* ggml's CPU backend defines GGML_GELU_FP16: for |x| < 10 it reads GELU from
- * a table indexed by x rounded to fp16, whose entries are GELU(that fp16
- * value) rounded to fp16; below -10 it gives 0, from 10 up x itself. The
- * same values computed here without the table (one tanhf per element, as in
- * rp_gelu_tanh_mul), so no shared state needs initializing. */
-static float gelu_tanh_f32(float x) {
-    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
-    /* llama.cpp's x86 build fills its table from C compiled with contraction:
-     * 1 + a*x*x is one fused multiply-add over the rounded a*x (found on
-     * Gemma 3's ffn_geglu at x = -1.999, where the two forms round to
-     * different fp16 values) */
-    return 0.5f * x * (1.0f + tanhf(c * x * fmaf(0.044715f * x, x, 1.0f)));
-}
-
+/* ggml's CPU backend's GELU (GGML_GELU_FP16): read from a table of fp16
+ * values (rp_kernels.geglu_f16, act_ref.c) */
 void rp_gelu_tanh_f16_mul(float *gate, const float *up, int n) {
-    for (int i = 0; i < n; i++) {
-        float x = gate[i], g;
-        if (x <= -10.0f)
-            g = 0.0f;
-        else if (x >= 10.0f)
-            g = x;
-        else
-            g = rp_fp16_to_fp32(
-                rp_fp32_to_fp16(gelu_tanh_f32(rp_fp16_to_fp32(rp_fp32_to_fp16(x)))));
-        gate[i] = g * up[i];
-    }
+    rp_kern()->geglu_f16(gate, up, n, rp_gelu_f16_table());
 }
 
 void rp_gelu_erf_mul(float *gate, const float *up, int n) {

@@ -4,10 +4,12 @@
 #include "arch/dense.h"
 #include "core/context.h"
 #include "golden.h"
+#include "kernels/kernels.h"
 #include "test.h"
 #include "base/util.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define GEMMA3_TINY "models/synth/gemma3-tiny.gguf"
@@ -167,6 +169,63 @@ void test_gemma3_golden_gelu_fp16(void) {
     CHECK(mx[0] > 0 && mx[0] < mx[1] && nmse[0] < nmse[1], "fp16 GELU is not closer to llama.cpp");
     rp_model_free(m);
     free(g.logits);
+}
+
+/* The table-read GELU (GGML_GELU_FP16) of every ISA level against the
+ * definition computed here directly, one tanhf per element: every fp16 value
+ * and its two float neighbours (which round to it or to the next value),
+ * the +-10 cut-offs, +-0, infinities; bit for bit, for lengths that leave a
+ * SIMD tail. */
+static float gelu_direct(float x) {
+    if (x <= -10.0f) return 0.0f;
+    if (x >= 10.0f) return x;
+    const float r = rp_fp16_to_fp32(rp_fp32_to_fp16(x));
+    const float c = 0.7978845608028654f;
+    const float g = 0.5f * r * (1.0f + tanhf(c * r * fmaf(0.044715f * r, r, 1.0f)));
+    return rp_fp16_to_fp32(rp_fp32_to_fp16(g));
+}
+
+void test_gelu_fp16_table_every_input(void) {
+    enum { N = 3 * 65536 + 8 };
+    float *x = malloc(N * sizeof *x), *up = malloc(N * sizeof *up), *y = malloc(N * sizeof *y);
+    REQUIRE(x && up && y, "alloc");
+    int n = 0;
+    for (int h = 0; h < 65536; h++) {
+        const float v = rp_fp16_to_fp32((uint16_t)h);
+        if (isnan(v)) continue;
+        x[n++] = v;
+        x[n++] = nextafterf(v, INFINITY);
+        x[n++] = nextafterf(v, -INFINITY);
+    }
+    const float edge[] = {-10.0f, 10.0f, nextafterf(-10.0f, 0), nextafterf(10.0f, 0), 0.0f, -0.0f};
+    for (size_t i = 0; i < sizeof edge / sizeof *edge; i++) x[n++] = edge[i];
+    for (int i = 0; i < n; i++) up[i] = 1.0f + (float)(i % 7) * 0.25f;
+    int bad = 0, first = -1;
+    for (int isa = RP_ISA_SCALAR; isa <= (int)rp_cpu_isa_max(); isa++) {
+        const rp_kernels *K = rp_kern_for((rp_isa)isa);
+        const int lens[] = {n, 13, 1};
+        for (int li = 0; li < 3; li++) {
+            memcpy(y, x, (size_t)n * sizeof *y);
+            for (int i0 = 0; i0 < n; i0 += lens[li]) {
+                const int len = n - i0 < lens[li] ? n - i0 : lens[li];
+                K->geglu_f16(y + i0, up + i0, len, rp_gelu_f16_table());
+                if (li) break; /* the short lengths: one call at the start */
+            }
+            const int upto = li ? lens[li] : n;
+            for (int i = 0; i < upto; i++) {
+                const float want = gelu_direct(x[i]) * up[i];
+                if (memcmp(&want, &y[i], sizeof want)) {
+                    if (first < 0) first = i;
+                    bad++;
+                }
+            }
+        }
+    }
+    CHECK(bad == 0, "%d elements differ from the direct GELU (first x = %a)", bad,
+          first >= 0 ? (double)x[first] : 0.0);
+    free(x);
+    free(up);
+    free(y);
 }
 
 /* What the loader makes of gemma3-tiny: five local layers then a global one,
