@@ -517,10 +517,10 @@ void test_kernels_gemm_every_token_count(void) {
     }
     if (rp_cpu_isa_max() == RP_ISA_SCALAR) printf("     (no SIMD level on this CPU: no gemm)\n");
     CHECK(rp_cpu_isa_max() == RP_ISA_SCALAR || tested > 0, "no gemm was tested");
-    if (rp_cpu_isa_max() >= RP_ISA_AVX512)
-        CHECK(rp_kern_for(RP_ISA_AVX512)->gemm[RP_TYPE_Q4_1] &&
-                  rp_kern_for(RP_ISA_AVX512)->gemm[RP_TYPE_Q5_1],
-              "AVX-512: Q4_1 / Q5_1 have no multi-token gemm");
+    for (int isa = RP_ISA_AVX2; isa <= (int)rp_cpu_isa_max(); isa++)
+        CHECK(rp_kern_for((rp_isa)isa)->gemm[RP_TYPE_Q4_1] &&
+                  rp_kern_for((rp_isa)isa)->gemm[RP_TYPE_Q5_1],
+              "%s: Q4_1 / Q5_1 have no multi-token gemm", rp_isa_name((rp_isa)isa));
 }
 
 /* Through the dispatcher: a batch of tokens gives, bit for bit, the outputs
