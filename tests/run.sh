@@ -25,8 +25,10 @@ for tree in "$@"; do
     [ -x "$tree/test-unit" ] || { echo "missing $tree/test-unit"; fail=$((fail + 1)); continue; }
     echo "== unit tests ($tree)"
     log="$tmp/unit-$(basename "$tree").log"
+    t0=$SECONDS
     "$tree/test-unit" 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
+    echo "   (unit tests, $tree: $((SECONDS - t0)) s)"
     count "$log" "$tree"
     if [ "$rc" -gt 1 ] || ! grep -q '^unit: ' "$log"; then
         echo "FAIL unit runner crashed (exit $rc)"; fail=$((fail + 1)); failed_names+=("[$tree] unit runner crashed")
@@ -38,9 +40,11 @@ for tree in "$@"; do
         [ -e "$t" ] || continue
         echo "== $t ($tree)"
         log="$tmp/cli-$(basename "$tree")-$(basename "$t").log"
+        t0=$SECONDS
         BUILD="$tree" bash "$t" > "$log" 2>&1
         rc=$?
         cat "$log"
+        echo "   ($t, $tree: $((SECONDS - t0)) s)"
         count "$log" "$tree"
         if [ "$rc" -ne 0 ] && ! grep -q '^FAIL ' "$log"; then
             echo "FAIL $t exited $rc"; fail=$((fail + 1)); failed_names+=("[$tree] $t exited $rc")

@@ -20,8 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define IMG_MAGIC   "RPSEQST"
-#define IMG_VERSION 1
+#define IMG_MAGIC "RPSEQST"
+/* version 2: quantized caches hold K (and V) rotated (rp_kv_rot_k); a
+ * version 1 image is still read where its caches are F16 or F32 */
+#define IMG_VERSION 2
 
 static rp_status seq_check(const rp_context *c, int seq, const char *what) {
     if (seq < 0 || seq >= c->n_seq)
@@ -236,7 +238,14 @@ static rp_status image_check(const rp_context *c, const uint8_t *buf, size_t siz
     if (size < sizeof *h || memcmp(buf, IMG_MAGIC, sizeof h->magic))
         return rp_fail(RP_ERR_FORMAT, "%s: not a sequence state image", what);
     memcpy(h, buf, sizeof *h);
-    if (h->version != IMG_VERSION)
+    const bool plain = (h->type_k == RP_TYPE_F16 || h->type_k == RP_TYPE_F32) &&
+                       (h->type_v == RP_TYPE_F16 || h->type_v == RP_TYPE_F32);
+    if (h->version == 1 && !plain)
+        return rp_fail(RP_ERR_FORMAT,
+                       "%s: a version 1 image of a quantized KV cache (%s/%s): its rows were "
+                       "written without the rotation this build applies; save it again",
+                       what, rp_type_name((int)h->type_k), rp_type_name((int)h->type_v));
+    if (h->version != IMG_VERSION && h->version != 1)
         return rp_fail(RP_ERR_FORMAT, "%s: image version %u, this build reads %d", what, h->version,
                        IMG_VERSION);
     if (h->n_eff != (uint32_t)c->plan->n_eff || h->n_embd != (uint32_t)c->model->hp.n_embd ||

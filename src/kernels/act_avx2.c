@@ -2,6 +2,7 @@
  * fp16 is vcvtps2ph's round-to-nearest-even (F16C), the one rp_fp32_to_fp16
  * makes, so every element equals the scalar twin's. */
 #include "kernels/kernels.h"
+#include "base/util.h"
 
 #include <immintrin.h>
 
@@ -16,7 +17,11 @@ static void geglu_f16_avx2(float *gate, const float *up, int n, const float *tab
         g = _mm256_blendv_ps(g, x, _mm256_cmp_ps(x, hi, _CMP_GE_OQ));
         _mm256_storeu_ps(gate + i, _mm256_mul_ps(g, _mm256_loadu_ps(up + i)));
     }
-    if (i < n) rp_kern_for(RP_ISA_SCALAR)->geglu_f16(gate + i, up + i, n - i, tab);
+    for (; i < n; i++) { /* the tail as act_ref.c's twin */
+        const float x = gate[i];
+        const float g = x <= -10.0f ? 0.0f : x >= 10.0f ? x : tab[rp_fp32_to_fp16(x)];
+        gate[i] = g * up[i];
+    }
 }
 
 void rp_act_fill_avx2(rp_kernels *k) {

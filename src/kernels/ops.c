@@ -208,7 +208,47 @@ size_t rp_kv_row_bytes(int type, int dim) {
     return rp_kv_type_ok(type) ? rp_row_size(type, dim) : 0;
 }
 
-static void kv_row_write(const rp_kernels *kn, int type, const float *x, void *row, int n) {
+static bool kv_quantized(int type) {
+    return type != RP_TYPE_F32 && type != RP_TYPE_F16;
+}
+
+int rp_kv_rot_k(int type, int dim) {
+    if (!kv_quantized(type) || dim % 64) return 0;
+    int n = 64;
+    while (dim % (2 * n) == 0) n *= 2;
+    return n;
+}
+
+int rp_kv_rot_v(int type, int dim) {
+    return kv_quantized(type) && dim % 64 == 0 ? 64 : 0;
+}
+
+void rp_fwht(float *x, int n) {
+    const float scale = 1.0f / sqrtf((float)n);
+    for (int j = 0; j < n; j++) x[j] *= scale;
+    for (int len = 1; len < n; len <<= 1)
+        for (int i = 0; i < n; i += 2 * len)
+            for (int j = i; j < i + len; j++) {
+                const float u = x[j], v = x[j + len];
+                x[j] = u + v;
+                x[j + len] = u - v;
+            }
+}
+
+/* every rot-wide block of the n floats of each of rows rows, stride apart */
+static void fwht_rows(float *x, size_t stride, int rows, int n, int rot) {
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < n; j += rot) rp_fwht(x + (size_t)r * stride + j, rot);
+}
+
+static void kv_row_write(const rp_kernels *kn, int type, const float *x, void *row, int n,
+                         int rot) {
+    float t[RP_KV_QMAXD];
+    if (rot) {
+        memcpy(t, x, (size_t)n * sizeof *t);
+        fwht_rows(t, 0, 1, n, rot);
+        x = t;
+    }
     if (type == RP_TYPE_F32)
         memcpy(row, x, (size_t)n * sizeof(float));
     else if (type == RP_TYPE_F16)
@@ -225,12 +265,14 @@ void rp_kv_write(const rp_kv_view *kv, int n_head_kv, int head_dim_k, int head_d
     const int cell = pos % kv->cap;
     const size_t rk = rp_kv_row_bytes(kv->type_k, head_dim_k),
                  rv = rp_kv_row_bytes(kv->type_v, head_dim_v);
+    const int rot_k = rp_kv_rot_k(kv->type_k, head_dim_k),
+              rot_v = rp_kv_rot_v(kv->type_v, head_dim_v);
     for (int h = 0; h < n_head_kv; h++) {
         const size_t at = (size_t)h * (size_t)kv->cap + (size_t)cell;
         kv_row_write(kn, kv->type_k, k + (size_t)h * head_dim_k, (uint8_t *)kv->k + at * rk,
-                     head_dim_k);
+                     head_dim_k, rot_k);
         kv_row_write(kn, kv->type_v, v + (size_t)h * head_dim_v, (uint8_t *)kv->v + at * rv,
-                     head_dim_v);
+                     head_dim_v, rot_v);
     }
 }
 
@@ -604,7 +646,18 @@ static void attn_merge_task(void *arg, int ith, int nth) {
         }
 }
 
+static void attention(rp_compute *cc, const rp_attn_args *a, float *scratch, size_t per_thread);
+
 void rp_attention(rp_compute *cc, const rp_attn_args *a, float *scratch, size_t per_thread) {
+    if (a->n_tok <= 0) return;
+    const int rot_k = rp_kv_rot_k(a->kv[0]->type_k, a->head_dim_k),
+              rot_v = rp_kv_rot_v(a->kv[0]->type_v, a->head_dim_v);
+    if (rot_k) fwht_rows(a->q, (size_t)a->q_stride, a->n_tok, a->n_head * a->head_dim_k, rot_k);
+    attention(cc, a, scratch, per_thread);
+    if (rot_v) fwht_rows(a->out, (size_t)a->out_stride, a->n_tok, a->n_head * a->head_dim_v, rot_v);
+}
+
+static void attention(rp_compute *cc, const rp_attn_args *a, float *scratch, size_t per_thread) {
     const rp_kernels *kn = rp_kern();
     /* an F32 cache keeps the per-key arithmetic, llama.cpp's (the goldens
      * match it bit for bit); F16 caches (the default) and quantized ones take

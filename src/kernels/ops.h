@@ -72,7 +72,8 @@ typedef struct rp_kv_view {
 
 typedef struct rp_attn_args {
     int n_tok;
-    const float *q; /* [n_tok][q_stride], head h at h * head_dim_k */
+    float *q; /* [n_tok][q_stride], head h at h * head_dim_k; rotated in place
+               * when the K cache is (rp_kv_rotation) */
     int q_stride;
     float *out; /* [n_tok][out_stride], head h at h * head_dim_v */
     int out_stride;
@@ -90,6 +91,20 @@ typedef struct rp_attn_args {
 #define RP_KV_QMAXD 1024
 bool rp_kv_type_ok(int type);
 size_t rp_kv_row_bytes(int type, int dim);
+
+/* llama.cpp's rotation of quantized caches (its attn_rot_k / attn_rot_v):
+ * where a K cache row is quantized, K and the queries are multiplied by an
+ * orthonormal Walsh-Hadamard matrix of size rp_kv_rot_k(type, dim) (the
+ * largest power of two from 64 dividing the head) before K is quantized, so
+ * q.k is unchanged while outliers spread over the block; a quantized V is
+ * rotated in blocks of 64 (rp_kv_rot_v) and attention's output rotated back
+ * (the matrix is its own inverse). 0: no rotation (F32/F16 caches, heads not
+ * a multiple of 64). rp_kv_write and rp_attention apply it. */
+int rp_kv_rot_k(int type, int dim);
+int rp_kv_rot_v(int type, int dim);
+/* x (n a power of two) = H x / sqrt(n), ggml's butterfly order (its fwht):
+ * the scale first, then stages of width 1, 2, 4, ..: (u, v) -> (u + v, u - v) */
+void rp_fwht(float *x, int n);
 
 /* Scratch floats attention needs per thread for n_ctx visible positions. */
 size_t rp_attention_scratch(int n_ctx, int n_head, int n_head_kv);

@@ -52,6 +52,14 @@ static bool trace_cb(struct ggml_tensor *t, bool ask, void *user) {
     return true;
 }
 
+static enum ggml_type type_named(const char *name) {
+    for (int t = 0; t < GGML_TYPE_COUNT; t++)
+        if (ggml_type_name((enum ggml_type)t) && !strcmp(ggml_type_name((enum ggml_type)t), name))
+            return (enum ggml_type)t;
+    fprintf(stderr, "unknown cache type %s\n", name);
+    exit(1);
+}
+
 int main(int argc, char **argv) {
     if (argc < 4) {
         fprintf(stderr, "usage: llama_logits MODEL IDS-FILE OUT.f32 [n_ubatch] [threads]\n");
@@ -86,6 +94,11 @@ int main(int argc, char **argv) {
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
     cp.type_k = GGML_TYPE_F32;
     cp.type_v = GGML_TYPE_F32;
+    /* CTK / CTV (cache type names: q8_0, f16, ...) and FA=1 override the
+     * exact-attention defaults (a quantized V needs flash attention) */
+    if (getenv("CTK")) cp.type_k = type_named(getenv("CTK"));
+    if (getenv("CTV")) cp.type_v = type_named(getenv("CTV"));
+    if (getenv("FA") && atoi(getenv("FA"))) cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
     cp.no_perf = true;
     tracer tr = {0};
     if (argc > 6) {

@@ -41,10 +41,16 @@ static void cached(const rp_kv_view *kv, bool v, int g, int cell, int dim, float
     rp_type_get(type)->to_float(base + ((size_t)g * (size_t)kv->cap + (size_t)cell) * rb, row, dim);
 }
 
-/* the reference: softmax over the visible positions in double */
-static void reference(const acase *c, const rp_kv_view *kv, const float *q, int p, float *out) {
+/* the reference: softmax over the visible positions in double; a quantized
+ * cache holds K and V rotated (rp_kv_rot_k / _v), so the query is rotated as
+ * the cache's K was and the output rotated back */
+static void reference(const acase *c, const rp_kv_view *kv, const float *q0, int p, float *out) {
     const int group = c->n_head / c->n_head_kv, lo = c->window ? RP_MAX(0, p - c->window + 1) : 0;
+    const int rk = rp_kv_rot_k(kv->type_k, c->dk), rv = rp_kv_rot_v(kv->type_v, c->dv);
     double *s = malloc(sizeof(double) * (size_t)(p + 1));
+    float *q = malloc(sizeof(float) * (size_t)c->n_head * (size_t)c->dk);
+    memcpy(q, q0, sizeof(float) * (size_t)c->n_head * (size_t)c->dk);
+    for (int j = 0; rk && j < c->n_head * c->dk; j += rk) rp_fwht(q + j, rk);
     float row[512];
     double o[512];
     for (int h = 0; h < c->n_head; h++) {
@@ -67,7 +73,9 @@ static void reference(const acase *c, const rp_kv_view *kv, const float *q, int 
         }
         for (int e = 0; e < c->dv; e++) out[h * c->dv + e] = (float)(o[e] / sum);
     }
+    for (int j = 0; rv && j < c->n_head * c->dv; j += rv) rp_fwht(out + j, rv);
     free(s);
+    free(q);
 }
 
 static void run_case(const acase *c) {
@@ -91,6 +99,9 @@ static void run_case(const acase *c) {
     }
     float *q = malloc(sizeof(float) * (size_t)n_tok * wq), *k = malloc(sizeof(float) * (size_t)wk),
           *v = malloc(sizeof(float) * (size_t)wv);
+    /* attention rotates its queries in place (quantized K): each call gets a copy */
+    float *qb = malloc(sizeof(float) * (size_t)n_tok * wq),
+          *q1 = malloc(sizeof(float) * (size_t)wq);
     float *ob = malloc(sizeof(float) * (size_t)n_tok * wo),
           *os = malloc(sizeof(float) * (size_t)wo), *ref = malloc(sizeof(float) * (size_t)wo);
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)n_tok);
@@ -113,8 +124,9 @@ static void run_case(const acase *c) {
                 for (int i = 0; i < wv; i++) v[i] = rp_rng_normal(&r) * 3.0f;
                 rp_kv_write(&kv[s], c->n_head_kv, c->dk, c->dv, p, k, v);
             }
+        memcpy(qb, q, sizeof(float) * (size_t)n_tok * wq);
         rp_attn_args a = {.n_tok = n_tok,
-                          .q = q,
+                          .q = qb,
                           .q_stride = wq,
                           .out = ob,
                           .out_stride = wo,
@@ -135,7 +147,8 @@ static void run_case(const acase *c) {
         for (int t = 0; t < n_tok; t++) {
             rp_attn_args one = a;
             one.n_tok = 1;
-            one.q = q + (size_t)t * wq;
+            memcpy(q1, q + (size_t)t * wq, sizeof(float) * (size_t)wq);
+            one.q = q1;
             one.out = os;
             one.pos = pos + t;
             one.kv = views + t;
@@ -156,6 +169,8 @@ static void run_case(const acase *c) {
     for (int s = 0; s < n_seq; s++)
         for (int j = 0; j < 2; j++) rp_free_aligned(mem[s][j]);
     free(q);
+    free(qb);
+    free(q1);
     free(k);
     free(v);
     free(ob);

@@ -7,6 +7,9 @@
  * of 32 is refused with a message naming the layer. */
 #include "test.h"
 #include "kernels/ops.h"
+#include "kernels/matmul.h"
+#include "kernels/quant.h"
+#include "base/threads.h"
 #include "base/util.h"
 #include "reprise.h"
 
@@ -181,4 +184,122 @@ void test_kvquant_refusals(void) {
               !rp_kv_type_supported(-1),
           "rp_kv_type_supported");
     rp_model_free(m);
+}
+
+/* ---- the rotation of quantized caches (llama.cpp's attn_rot_k/_v) -------- */
+
+/* rp_fwht against the Sylvester Hadamard matrix built here entry by entry
+ * (H[i][j] = (-1)^popcount(i & j) / sqrt(n)): within float rounding, and its
+ * own inverse; the block sizes llama.cpp picks for each head */
+void test_kv_rotation_hadamard(void) {
+    const int sizes[] = {64, 128, 256};
+    double worst = 0, worst_inv = 0;
+    for (int si = 0; si < 3; si++) {
+        const int n = sizes[si];
+        float x[256], y[256];
+        for (int i = 0; i < n; i++) x[i] = y[i] = sinf(0.37f * (float)i) + (i == 5 ? 20.0f : 0.0f);
+        rp_fwht(y, n);
+        for (int i = 0; i < n; i++) {
+            double want = 0;
+            for (int j = 0; j < n; j++)
+                want += (__builtin_popcount((unsigned)(i & j)) & 1 ? -1.0 : 1.0) * x[j];
+            want /= sqrt((double)n);
+            worst = fmax(worst, fabs(want - y[i]));
+        }
+        rp_fwht(y, n);
+        for (int i = 0; i < n; i++) worst_inv = fmax(worst_inv, fabs((double)x[i] - y[i]));
+    }
+    CHECK(worst < 1e-4 && worst_inv < 1e-4, "fwht vs the matrix %.2e, twice vs identity %.2e",
+          worst, worst_inv);
+    CHECK(rp_kv_rot_k(RP_TYPE_Q4_0, 64) == 64 && rp_kv_rot_k(RP_TYPE_Q8_0, 128) == 128 &&
+              rp_kv_rot_k(RP_TYPE_Q4_0, 256) == 256 && rp_kv_rot_k(RP_TYPE_Q4_0, 192) == 64 &&
+              rp_kv_rot_k(RP_TYPE_Q4_0, 96) == 0 && rp_kv_rot_k(RP_TYPE_F16, 128) == 0 &&
+              rp_kv_rot_k(RP_TYPE_F32, 128) == 0,
+          "K rotation sizes");
+    CHECK(rp_kv_rot_v(RP_TYPE_Q4_0, 256) == 64 && rp_kv_rot_v(RP_TYPE_IQ4_NL, 64) == 64 &&
+              rp_kv_rot_v(RP_TYPE_Q8_0, 32) == 0 && rp_kv_rot_v(RP_TYPE_F16, 64) == 0,
+          "V rotation sizes");
+}
+
+/* One head with an outlier channel (as real keys have) through a Q4_0 cache:
+ * the attention output against exact F32 attention, and the same with the
+ * keys quantized without rotation (done here by hand). The rotated cache is
+ * markedly closer: the outlier no longer sets the scale of its block. */
+void test_kv_rotation_attention(void) {
+    enum { D = 64, NP = 48 };
+    static float q[D], qr[D], k[NP][D], v[NP][D], o32[D], o4[D], ou[D];
+    for (int i = 0; i < D; i++) q[i] = cosf(0.3f * (float)i) * (i == 7 ? 6.0f : 1.0f);
+    for (int p = 0; p < NP; p++)
+        for (int i = 0; i < D; i++) {
+            k[p][i] = sinf(0.11f * (float)(p * D + i)) + (i == 7 ? 12.0f + 0.1f * (float)p : 0.0f);
+            v[p][i] = cosf(0.07f * (float)(p * 3 + i));
+        }
+    /* reference attention of one query over keys kk (floats) */
+    float kk[NP][D];
+    for (int pass = 0; pass < 3; pass++) {
+        float *out = pass == 0 ? o32 : pass == 1 ? o4 : ou;
+        if (pass < 2) {
+            /* the library: caches of F32 or Q4_0 K, F32 V */
+            const int tk = pass == 0 ? RP_TYPE_F32 : RP_TYPE_Q4_0;
+            void *kc = calloc(1, rp_kv_row_bytes(tk, D) * NP),
+                 *vc = calloc(1, sizeof(float) * D * NP);
+            REQUIRE(kc && vc, "alloc");
+            rp_kv_view kv = {kc, vc, tk, RP_TYPE_F32, NP};
+            for (int p = 0; p < NP; p++) rp_kv_write(&kv, 1, D, D, p, k[p], v[p]);
+            const rp_kv_view *kvs[1] = {&kv};
+            int32_t pos[1] = {NP - 1};
+            memcpy(qr, q, sizeof q);
+            rp_attn_args a = {.n_tok = 1,
+                              .q = qr,
+                              .q_stride = D,
+                              .out = out,
+                              .out_stride = D,
+                              .n_head = 1,
+                              .n_head_kv = 1,
+                              .head_dim_k = D,
+                              .head_dim_v = D,
+                              .scale = 0.125f,
+                              .pos = pos,
+                              .kv = kvs};
+            rp_compute cc = {.pool = rp_pool_new(1)};
+            const size_t per = rp_attention_scratch(NP, 1, 1);
+            float *scratch = malloc(per * sizeof(float));
+            REQUIRE(cc.pool && scratch, "alloc");
+            rp_attention(&cc, &a, scratch, per);
+            free(scratch);
+            rp_pool_free(cc.pool);
+            free(kc);
+            free(vc);
+        } else {
+            /* keys through Q4_0 unrotated, attention in double */
+            block_q4_0 b[D / 32];
+            for (int p = 0; p < NP; p++) {
+                rp_quant_q4_0(k[p], b, D);
+                rp_dequant_q4_0(b, kk[p], D);
+            }
+            double s[NP], mx = -1e30, sum = 0;
+            for (int p = 0; p < NP; p++) {
+                s[p] = 0;
+                for (int i = 0; i < D; i++) s[p] += (double)q[i] * kk[p][i];
+                s[p] *= 0.125;
+                mx = fmax(mx, s[p]);
+            }
+            for (int p = 0; p < NP; p++) sum += (s[p] = exp(s[p] - mx));
+            for (int i = 0; i < D; i++) {
+                double acc = 0;
+                for (int p = 0; p < NP; p++) acc += s[p] * v[p][i];
+                out[i] = (float)(acc / sum);
+            }
+        }
+    }
+    double e_rot = 0, e_plain = 0, ref = 0;
+    for (int i = 0; i < D; i++) {
+        e_rot += (o4[i] - o32[i]) * (double)(o4[i] - o32[i]);
+        e_plain += (ou[i] - o32[i]) * (double)(ou[i] - o32[i]);
+        ref += o32[i] * (double)o32[i];
+    }
+    printf("     q4_0 K, one head of 64 with an outlier: nmse rotated %.2e, unrotated %.2e\n",
+           e_rot / ref, e_plain / ref);
+    CHECK(e_rot < 0.5 * e_plain, "the rotated cache is not closer (%.2e vs %.2e)", e_rot / ref,
+          e_plain / ref);
 }
