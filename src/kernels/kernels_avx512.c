@@ -26,6 +26,7 @@
 /* the lane loops must be unrolled so their accumulators stay in registers */
 #define UNROLL8  _Pragma("GCC unroll 8")
 #define UNROLL16 _Pragma("GCC unroll 16")
+#define UNROLL3  _Pragma("GCC unroll 3")
 
 static inline float f16(uint16_t h) {
     return _cvtsh_ss(h);
@@ -416,6 +417,156 @@ B32_GEMM(q8_0, lanes, values_q8_0)
 B32_GEMM(q5_0, lanes, values_q5_0)
 B32_GEMM(q4_0, rows, values_q4_0)
 B32_GEMM(iq4_nl, rows, values_iq4_nl)
+
+/* ============================================================================
+ * Blocks of 32 with Q8_1 activations: Q4_1, Q5_1 (lanes and a min term)
+ *
+ * vec_dot (kernels_avx2.c, llama.cpp's ggml_vec_dot_q4_1_q8_1 /
+ * _q5_1_q8_1): per block acc[l] = fma(dw*dx, lane sum, acc[l]) and
+ * summs = fma(m, s, summs), then hsum(acc) + summs. Here a register holds
+ * one lane of 16 tokens, as for Q8_0; the weight values are unsigned (0..15,
+ * 0..31), so they are vpdpbusd's unsigned operand as they are and the
+ * activations its signed one: no offset, no correction. A tile of up to 3
+ * rows shares every activation load; the min term is a second pass over the
+ * blocks (one fma per block and row), which keeps it out of the registers
+ * the lane accumulators need.
+ * ========================================================================== */
+
+/* Packed group, per block b (B32_BYTES):
+ *   i8 xs[8][16][4]  lane l of token t: its 4 activation bytes
+ *   f32 dx[16]       the token's block scale d
+ *   f32 sx[16]       the token's s (fp16 d * sum of its 32 values) */
+static void b32m_pack(int n, int cnt, const void *xq, size_t ldx, void *group) {
+    const int nb = n / 32;
+    uint8_t *g = group;
+    for (int b = 0; b < nb; b++) {
+        uint32_t *xs = (uint32_t *)(g + (size_t)b * B32_BYTES);
+        float *dx = (float *)(xs + 128), *sx = dx + 16;
+        for (int t = 0; t < RP_GEMM_GROUP; t++) {
+            if (t < cnt) {
+                const block_q8_1 *x = (const block_q8_1 *)((const char *)xq + (size_t)t * ldx) + b;
+                for (int l = 0; l < 8; l++) xs[l * 16 + t] = load_u32(x->qs + 4 * l);
+                dx[t] = f16(x->d);
+                sx[t] = f16(x->s);
+            } else {
+                for (int l = 0; l < 8; l++) xs[l * 16 + t] = 0;
+                dx[t] = sx[t] = 0.0f;
+            }
+        }
+    }
+}
+
+/* an unpacked row in scratch: values (32 unsigned bytes per block), d, m */
+typedef struct b32m_row {
+    const uint8_t *v;
+    const float *dw, *mw;
+} b32m_row;
+
+typedef __m256i (*b32m_values_fn)(const void *row, int b, float *d, float *m);
+
+static __m256i values_q4_1(const void *row, int b, float *d, float *m) {
+    const block_q4_1 *x = (const block_q4_1 *)row + b;
+    *d = f16(x->d);
+    *m = f16(x->m);
+    return nibbles32(x->qs);
+}
+
+static __m256i values_q5_1(const void *row, int b, float *d, float *m) {
+    const block_q5_1 *x = (const block_q5_1 *)row + b;
+    *d = f16(x->d);
+    *m = f16(x->m);
+    return _mm256_or_si256(nibbles32(x->qs),
+                           _mm256_and_si256(bits32(x->qh), _mm256_set1_epi8(0x10)));
+}
+
+/* rows unpacked per pass over the token groups (a multiple of the tile) */
+#define B32M_ROWS 6
+
+static size_t b32m_row_bytes(int n) {
+    return rp_align_up((size_t)(n / 32) * (32 + 4 + 4), 64);
+}
+
+static size_t b32m_scratch(int n) {
+    return B32M_ROWS * b32m_row_bytes(n);
+}
+
+static b32m_row b32m_prep(int n, const void *row, b32m_values_fn values, uint8_t *p) {
+    const int nb = n / 32;
+    float *dw = (float *)(p + (size_t)nb * 32), *mw = dw + nb;
+    for (int b = 0; b < nb; b++)
+        _mm256_storeu_si256((__m256i *)(p + 32 * b), values(row, b, &dw[b], &mw[b]));
+    return (b32m_row){p, dw, mw};
+}
+
+/* nr (1..3) rows against one group of 16 tokens, c of them stored */
+static inline __attribute__((always_inline)) void
+b32m_tile(int nb, const b32m_row *R, int nr, const uint8_t *xg, float *y, size_t ldy, int c) {
+    __m512 acc[3][8];
+    UNROLL8
+    for (int l = 0; l < 8; l++) acc[0][l] = acc[1][l] = acc[2][l] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const __m512i *xs = (const __m512i *)(xg + (size_t)b * B32_BYTES);
+        const __m512 dx = _mm512_load_ps((const float *)(xs + 8));
+        __m512 d[3];
+        UNROLL3
+        for (int r = 0; r < nr; r++) d[r] = _mm512_mul_ps(_mm512_set1_ps(R[r].dw[b]), dx);
+        UNROLL8
+        for (int l = 0; l < 8; l++) {
+            const __m512i x = _mm512_load_si512(xs + l);
+            UNROLL3
+            for (int r = 0; r < nr; r++) {
+                const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                                      bcast32(R[r].v + 32 * b + 4 * l), x);
+                acc[r][l] = _mm512_fmadd_ps(d[r], _mm512_cvtepi32_ps(s), acc[r][l]);
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++) {
+        __m512 summs = _mm512_setzero_ps();
+        for (int b = 0; b < nb; b++)
+            summs = _mm512_fmadd_ps(
+                _mm512_set1_ps(R[r].mw[b]),
+                _mm512_load_ps((const float *)(xg + (size_t)b * B32_BYTES) + 144), summs);
+        store_tokens(y + r, ldy, _mm512_add_ps(reduce8(acc[r]), summs), c);
+    }
+}
+
+static void b32m_run(int n, int nr, const void *w, size_t ldw, const void *xp, int cnt, float *y,
+                     size_t ldy, void *scratch, b32m_values_fn values) {
+    const int nb = n / 32, ng = (cnt + RP_GEMM_GROUP - 1) / RP_GEMM_GROUP;
+    const size_t gb = b32_group_bytes(n), rb = b32m_row_bytes(n);
+    for (int r0 = 0; r0 < nr; r0 += B32M_ROWS) {
+        const int rows = nr - r0 < B32M_ROWS ? nr - r0 : B32M_ROWS;
+        b32m_row R[B32M_ROWS];
+        for (int i = 0; i < rows; i++)
+            R[i] = b32m_prep(n, (const char *)w + (size_t)(r0 + i) * ldw, values,
+                             (uint8_t *)scratch + (size_t)i * rb);
+        for (int g = 0; g < ng; g++) {
+            const uint8_t *xg = (const uint8_t *)xp + (size_t)g * gb;
+            const int c =
+                cnt - g * RP_GEMM_GROUP < RP_GEMM_GROUP ? cnt - g * RP_GEMM_GROUP : RP_GEMM_GROUP;
+            float *yg = y + (size_t)g * RP_GEMM_GROUP * ldy + r0;
+            int r = 0;
+            for (; r + 3 <= rows; r += 3) b32m_tile(nb, R + r, 3, xg, yg + r, ldy, c);
+            if (rows - r == 2)
+                b32m_tile(nb, R + r, 2, xg, yg + r, ldy, c);
+            else if (rows - r == 1)
+                b32m_tile(nb, R + r, 1, xg, yg + r, ldy, c);
+        }
+    }
+}
+
+#define B32M_GEMM(name)                                                                            \
+    static void gemm_run_##name(int n, int nr, const void *w, size_t ldw, const void *xp,          \
+                                size_t ldx, int cnt, float *y, size_t ldy, void *scratch) {        \
+        (void)ldx;                                                                                 \
+        b32m_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, values_##name);                          \
+    }                                                                                              \
+    static const rp_gemm_ops gemm_##name = {b32_group_bytes, b32m_pack, b32m_scratch,              \
+                                            gemm_run_##name};
+
+B32M_GEMM(q4_1)
+B32M_GEMM(q5_1)
 
 /* ---- matrix x vector, 32-blocks ----------------------------------------- */
 
@@ -1978,6 +2129,8 @@ void rp_kernels_fill_avx512(rp_kernels *k) {
     k->gemm[RP_TYPE_Q8_0] = &gemm_q8_0;
     k->gemm[RP_TYPE_Q5_0] = &gemm_q5_0;
     k->gemm[RP_TYPE_Q4_0] = &gemm_q4_0;
+    k->gemm[RP_TYPE_Q4_1] = &gemm_q4_1;
+    k->gemm[RP_TYPE_Q5_1] = &gemm_q5_1;
     k->gemm[RP_TYPE_IQ4_NL] = &gemm_iq4_nl;
     k->gemm[RP_TYPE_Q2_K] = &gemm_q2_K;
     k->gemm[RP_TYPE_Q3_K] = &gemm_q3_K;
