@@ -1076,6 +1076,82 @@ static void ks_rows_run(int n, int nr, const void *w, size_t ldw, const void *xp
     }
 }
 
+/* IQ4_XS in llama.cpp's tiled order (vec_dot_iq4_xs_ref): per super-block
+ * the exact integer sum s = sum over the 32-groups of (ls - 32) * (values .
+ * activations), then acc = fma((float)s * dw, dx, acc). Its values reach
+ * -127..113, so the +128-offset activations go through vpdpbusd (no int16
+ * saturation): per group one running int32 sum, times the group's scale. */
+static void prep_iq4_xs(const void *row, int sb, ks_sb *o) {
+    const block_iq4_xs *x = (const block_iq4_xs *)row + sb;
+    const __m128i lut = _mm_loadu_si128((const __m128i *)rp_kvalues_iq4nl);
+    for (int ib = 0; ib < 8; ib++) {
+        const __m128i q = _mm_loadu_si128((const __m128i *)(x->qs + 16 * ib));
+        _mm_storeu_si128((__m128i *)(o->v + 32 * ib),
+                         _mm_shuffle_epi8(lut, _mm_and_si128(q, _mm_set1_epi8(0xF))));
+        _mm_storeu_si128(
+            (__m128i *)(o->v + 32 * ib + 16),
+            _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0xF))));
+        const int ls = (((x->scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) |
+                        (((x->scales_h >> (2 * ib)) & 3) << 4)) -
+                       32;
+        o->sc[2 * ib] = o->sc[2 * ib + 1] = pair16(ls, ls);
+    }
+    memset(o->mn, 0, sizeof o->mn);
+    o->dw = f16(x->d);
+    o->dmin = 0;
+    ks_corr(o, false);
+}
+
+static void ks_iq4_xs_run(int n, int nr, const void *w, size_t ldw, const void *xp, int cnt,
+                          float *y, size_t ldy, void *scratch) {
+    const int nsb = n / QK_K, ng = (cnt + RP_GEMM_GROUP - 1) / RP_GEMM_GROUP;
+    const size_t gb = ks_group_bytes(n);
+    ks_sb *rows = ks_rows(scratch);
+    for (int r0 = 0; r0 < nr; r0 += 2) {
+        const int nrow = nr - r0 >= 2 ? 2 : 1;
+        ks_sb *R[2] = {rows, rows + nsb};
+        for (int i = 0; i < nrow; i++)
+            for (int sb = 0; sb < nsb; sb++)
+                prep_iq4_xs((const char *)w + (size_t)(r0 + i) * ldw, sb, &R[i][sb]);
+        if (nrow == 1) R[1] = R[0];
+        for (int g = 0; g < ng; g++) {
+            const uint8_t *xg = (const uint8_t *)xp + (size_t)g * gb;
+            __m512 f0 = _mm512_setzero_ps(), f1 = f0;
+            for (int sb = 0; sb < nsb; sb++) {
+                const uint8_t *xs = xg + (size_t)sb * KS_BYTES;
+                const __m512i *xu = (const __m512i *)xs;
+                const ks_sb *a = &R[0][sb], *b = &R[1][sb];
+                __m512i s0 = _mm512_set1_epi32(a->corr[0]), s1 = _mm512_set1_epi32(b->corr[0]);
+                for (int c = 0; c < 8; c++) {
+                    __m512i t0 = _mm512_setzero_si512(), t1 = t0;
+                    UNROLL8
+                    for (int l = 0; l < 8; l++) {
+                        const __m512i x = _mm512_load_si512(xu + 8 * c + l);
+                        t0 = _mm512_dpbusd_epi32(t0, x, bcast32(a->v + 32 * c + 4 * l));
+                        t1 = _mm512_dpbusd_epi32(t1, x, bcast32(b->v + 32 * c + 4 * l));
+                    }
+                    s0 = _mm512_add_epi32(
+                        s0, _mm512_mullo_epi32(
+                                t0, _mm512_set1_epi32((int16_t)(a->sc[2 * c] & 0xFFFF))));
+                    s1 = _mm512_add_epi32(
+                        s1, _mm512_mullo_epi32(
+                                t1, _mm512_set1_epi32((int16_t)(b->sc[2 * c] & 0xFFFF))));
+                }
+                const __m512 dx = _mm512_load_ps((const float *)(xs + KS_DX));
+                f0 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s0), _mm512_set1_ps(a->dw)),
+                                     dx, f0);
+                f1 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s1), _mm512_set1_ps(b->dw)),
+                                     dx, f1);
+            }
+            const int c =
+                cnt - g * RP_GEMM_GROUP < RP_GEMM_GROUP ? cnt - g * RP_GEMM_GROUP : RP_GEMM_GROUP;
+            float *yg = y + (size_t)g * RP_GEMM_GROUP * ldy + r0;
+            store_tokens(yg, ldy, f0, c);
+            if (nrow == 2) store_tokens(yg + 1, ldy, f1, c);
+        }
+    }
+}
+
 #define KS_GEMM(name, body)                                                                        \
     static void gemm_run_##name(int n, int nr, const void *w, size_t ldw, const void *xp,          \
                                 size_t ldx, int cnt, float *y, size_t ldy, void *scratch) {        \
@@ -1088,6 +1164,7 @@ KS_GEMM(q2_K, ks_rows_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep_q2_K, 8)
 KS_GEMM(q4_K, ks_rows_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep_q4_K, 4))
 KS_GEMM(q3_K, ks_tiled_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep_q3_K, false))
 KS_GEMM(q5_K, ks_tiled_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep_q5_K, true))
+KS_GEMM(iq4_xs, ks_iq4_xs_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch))
 KS_GEMM(q6_K, ks_lanes_run_off(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep_q6_K, false, true))
 
 /* ---- matrix x vector, K-quants --------------------------------------------- */
@@ -2136,6 +2213,7 @@ void rp_kernels_fill_avx512(rp_kernels *k) {
     k->gemm[RP_TYPE_Q3_K] = &gemm_q3_K;
     k->gemm[RP_TYPE_Q4_K] = &gemm_q4_K;
     k->gemm[RP_TYPE_Q5_K] = &gemm_q5_K;
+    k->gemm[RP_TYPE_IQ4_XS] = &gemm_iq4_xs;
     k->gemm[RP_TYPE_Q6_K] = &gemm_q6_K;
     k->gemv[RP_TYPE_Q8_0] = gemv_q8_0;
     k->gemv[RP_TYPE_Q4_K] = gemv_q4_K;
