@@ -910,7 +910,8 @@ rp_status rp_chat_apply_opts(const rp_model *m, const rp_chat_opts *o, const rp_
  * distributions, rp_sampler_probs). After a rejection both forget the rejected
  * positions (truncation, or a checkpoint restore for recurrent state). A
  * sequence's last token is decoded together with the next step's drafts, so
- * its logits are never computed twice. */
+ * its logits are never computed twice; the target verifies in its one-token
+ * orders, so each row equals plain decoding's one-token decode bit for bit. */
 
 #define RP_SPEC_DRAFT_MAX 64 /* largest draft_max */
 
@@ -957,8 +958,11 @@ int rp_spec_describe(const rp_spec *s, char *buf, size_t size);
  * of the target and of the draft (params->seed seeds the draws).
  *   RP_ERR_INVALID_ARG  seq outside the context */
 rp_status rp_spec_seq_reset(rp_spec *s, int seq, const rp_sampler_params *params);
-/* Appends tokens (a prompt, a user turn): decodes all but the last into the
- * target (and the draft), remembers them in the samplers' penalty windows.
+/* Appends tokens (a prompt, a user turn): decodes them into the target in one
+ * call as plain decoding decodes a prompt, keeping the last row's logits for
+ * the next step (all but the last once rp_spec_prepare has been used: its rows
+ * start with the last token), and all but the last into the draft; remembers
+ * them in the samplers' penalty windows.
  *   RP_ERR_INVALID_ARG  a sequence not reset; statuses of rp_decode */
 rp_status rp_spec_seq_feed(rp_spec *s, int seq, const int32_t *tokens, int n);
 /* Constrains seq's sampling (the target's and the draft's) to grammar g, from

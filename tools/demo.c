@@ -57,7 +57,7 @@ static int generate(const rp_model *m, const char *plan, int n_threads) {
     return s ? tool_fail("demo", s) : 0;
 }
 
-static int perplexity(const rp_model *m, const char *plan, int n_threads) {
+static int perplexity(const rp_model *m, const char *plan, int n_threads, int n_chunks) {
     rp_context_params cp = rp_context_default_params();
     cp.n_ctx = DEMO_CTX;
     cp.n_threads = n_threads;
@@ -66,7 +66,7 @@ static int perplexity(const rp_model *m, const char *plan, int n_threads) {
     rp_context *c;
     rp_status s = rp_context_new(m, &cp, &c);
     if (s) return tool_fail("demo", s);
-    const rp_perplexity_params pp = {.n_chunks = DEMO_CHUNKS};
+    const rp_perplexity_params pp = {.n_chunks = n_chunks};
     rp_perplexity_result r;
     s = rp_perplexity(c, (const char *)rp_demo_text, (size_t)(rp_demo_text_end - rp_demo_text), &pp,
                       &r);
@@ -82,19 +82,25 @@ static int perplexity(const rp_model *m, const char *plan, int n_threads) {
 }
 
 int cmd_demo(int argc, char **argv) {
-    int n_threads = 0;
+    int n_threads = 0, n_chunks = DEMO_CHUNKS;
     const arg_opt opts[] = {
         {"-t|--threads", ARG_INT, &n_threads, "N", "threads (default: physical cores)"},
+        {"--chunks", ARG_INT, &n_chunks, "N",
+         "chunks of the perplexity measurement (default 40: all of the held-out text)"},
         {0},
     };
     const arg_opt *tables[] = {opts, NULL};
     const arg_spec spec = {
         .cmd = "demo",
-        .usage = "reprise demo",
+        .usage = "reprise demo [--chunks N]",
         .description = "The `make run` job: the embedded demo model with and without a layer plan.",
         .tables = tables};
     int rc = args_parse_cmd(&spec, argc, argv);
     if (rc != ARGS_OK) return rc;
+    if (n_chunks < 1) {
+        tool_error("demo", "--chunks expects a positive count, got %d", n_chunks);
+        return 2;
+    }
     rp_model *m;
     rp_status s = rp_model_load_mem(rp_demo_gguf, (size_t)(rp_demo_gguf_end - rp_demo_gguf),
                                     "models/demo-llama.gguf (embedded)", NULL, &m);
@@ -110,8 +116,8 @@ int cmd_demo(int argc, char **argv) {
            desc);
     rc = generate(m, NULL, n_threads);
     if (!rc) rc = generate(m, DEMO_PLAN, n_threads);
-    if (!rc) rc = perplexity(m, NULL, n_threads);
-    if (!rc) rc = perplexity(m, DEMO_PLAN, n_threads);
+    if (!rc) rc = perplexity(m, NULL, n_threads, n_chunks);
+    if (!rc) rc = perplexity(m, DEMO_PLAN, n_threads, n_chunks);
     rp_model_free(m);
     return rc;
 }

@@ -5,11 +5,9 @@
 #include <string.h>
 
 const char *const g_spec_help =
-    "speculative decoding (the same weights draft, the plan verifies; greedy output is "
-    "identical,\n"
-    "except at near ties on AVX-512 for packed Q4_K/Q6_K weights and F32 caches, whose batches "
-    "follow\n"
-    "llama.cpp's batch orders):\n"
+    "speculative decoding (the same weights draft, the plan verifies; greedy output is plain "
+    "decoding's,\n"
+    "token for token: the plan verifies each drafted token as it decodes a lone token):\n"
     "  --spec                the plain stack (the trunk once, in order) drafts for the plan\n"
     "  --draft-plan MAP      a cheaper plan drafts, in --layer-map syntax, e.g. '0..9,14..27' "
     "skips\n"

@@ -604,6 +604,7 @@ static rp_status forward_qwen35(rp_context *c, const rp_ubatch *ub) {
     const int E = hp->n_embd;
     int n = ub->n_tok;
     RP_ASSERT(n <= b->n);
+    const bool one_tok = c->cc.one_tok;
 
     for (int t = 0; t < n; t++) {
         float *xr = b->x + (size_t)t * (size_t)E;
@@ -644,9 +645,12 @@ static rp_status forward_qwen35(rp_context *c, const rp_ubatch *ub) {
             compacted = true;
             if (!n) break;
         }
+        /* the output rows as a lone output row (rp_compute.one_tok_out) */
+        if (e == plan->n_eff - 1 && c->cc.one_tok_out) c->cc.one_tok = true;
         ffn(c, b, L, li, n);
     }
     rp_forward_output(c, ub, b->x, compacted, b->xn);
+    c->cc.one_tok = one_tok;
     return RP_OK;
 }
 

@@ -2,11 +2,25 @@
  * drafts, the target plan verifies (see spec.h for the contract).
  *
  * Per sequence the spec keeps the token history hist[0..H). The target's
- * cache always lags the history by at least one token: the last token is
- * decoded in the next step's verification batch together with the drafted
- * tokens, whose rows give the target's distributions. The draft's cache lags
- * the same way. Invariants between calls, for a sequence of H tokens:
- *   target: rp_kv_seq_len(target) <= H - 1, its cache holds hist[0..len);
+ * cache lags the history by at least one token: the last token is decoded in
+ * the next step's verification batch together with the drafted tokens, whose
+ * rows give the target's distributions. The draft's cache lags the same way.
+ *
+ * Except after a feed (a prompt, a turn): the target decodes every fed token
+ * in one call, as plain decoding decodes a prompt (the same micro-batches,
+ * the same batch orders, logits of the last row only), and keeps the last
+ * row's logits (full): the next step verifies its drafts alone. Every other
+ * target decode (a backlog of generated or accepted tokens, a verification
+ * batch) runs with rp_compute.one_tok, so each row is computed as plain
+ * decoding computes its one token: greedy output equals plain decoding's bit
+ * for bit even where batches take other orders (docs/fidelity.md). A caller
+ * of rp_spec_prepare / rp_spec_finish (a server, verifying in its own batch)
+ * keeps the older contract: the first such call ends the full state for good
+ * (split_api).
+ *
+ * Invariants between calls, for a sequence of H tokens:
+ *   target: rp_kv_seq_len(target) <= H - 1 (or == H when full), its cache
+ *           holds hist[0..len);
  *   draft:  rp_kv_seq_len(draft)  <= H - 1, likewise;
  *   MTP:    head length <= max(0, H - 2), and the target's hidden states of
  *           the positions [head length, target length) are in the sequence's
@@ -39,6 +53,8 @@ typedef struct spec_seq {
     rp_sampler *dsmp; /* the draft's: same parameters, same history */
     rp_grammar *g;    /* constrains both samplers, or NULL (rp_spec_seq_set_grammar) */
     rp_rng rng;       /* draft draws and acceptance draws */
+    bool full;        /* the target holds hist[0..n) and lg its last row's logits */
+    float *lg;        /* [n_vocab] */
     rp_spec_stats st;
     /* MTP: the target's hidden states (pre-norm) of positions
      * [hid_pos, hid_pos + hid_n) */
@@ -46,8 +62,9 @@ typedef struct spec_seq {
     int hid_pos, hid_n, hid_cap;
     /* between rp_spec_prepare and rp_spec_finish */
     bool prepared;
-    int p_h;  /* history length at prepare */
-    int p_nd; /* tokens drafted */
+    int p_h;     /* history length at prepare */
+    int p_nd;    /* tokens drafted */
+    bool p_full; /* prepared while full: the rows are the drafts alone */
     int32_t drafts[RP_SPEC_DRAFT_MAX];
     float *q;                       /* [draft_max][n_vocab] draft distributions (sampling) */
     rp_seq_checkpoint *ck_t, *ck_d; /* saved before the speculative rows */
@@ -61,7 +78,8 @@ struct rp_spec {
     char *draft_plan; /* owned copy ("" = trunk once) */
     int n_seq, n_ctx, n_vocab, n_embd;
     bool t_rec, d_rec;
-    spec_seq *seq; /* [n_seq] */
+    bool split_api; /* rp_spec_prepare was called: no full state (see above) */
+    spec_seq *seq;  /* [n_seq] */
     /* scratch */
     int32_t *b_tok, *b_seq; /* [b_cap] */
     int8_t *b_want;         /* [b_cap] */
@@ -136,6 +154,7 @@ static void seq_free(spec_seq *q) {
     free(q->tok);
     free(q->hid);
     free(q->q);
+    free(q->lg);
     rp_seq_checkpoint_free(q->ck_t);
     rp_seq_checkpoint_free(q->ck_d);
     rp_sampler_free(q->smp);
@@ -401,14 +420,23 @@ static void hid_drop_before(rp_spec *s, spec_seq *q, int p) {
     q->hid_pos += k;
 }
 
-/* Decodes toks[0..n) at positions pos0.. of seq into c, in one rp_decode.
- * Rows at positions >= out_from give logits. With capture (the MTP target)
- * the rows whose hidden state the buffer lacks give outputs too and are
- * stored; then a long run of such rows is decoded in chunks of HIDDEN_CHUNK
- * outputs (each output row also gets logits), the rows from out_from on
- * always in the last one. */
+/* rp_decode with c's one-token orders on or off (rp_compute.one_tok). */
+static rp_status decode_in(rp_context *c, const rp_batch *b, bool one_tok) {
+    const bool was = c->cc.one_tok;
+    c->cc.one_tok = one_tok;
+    rp_status st = rp_decode(c, b);
+    c->cc.one_tok = was;
+    return st;
+}
+
+/* Decodes toks[0..n) at positions pos0.. of seq into c, in one rp_decode
+ * (one_tok: in the one-token orders). Rows at positions >= out_from give
+ * logits. With capture (the MTP target) the rows whose hidden state the
+ * buffer lacks give outputs too and are stored; then a long run of such rows
+ * is decoded in chunks of HIDDEN_CHUNK outputs (each output row also gets
+ * logits), the rows from out_from on always in the last one. */
 static rp_status decode_rows(rp_spec *s, rp_context *c, int seq, const int32_t *toks, int pos0,
-                             int n, int out_from, bool capture) {
+                             int n, int out_from, bool capture, bool one_tok) {
     spec_seq *q = &s->seq[seq];
     for (int i0 = 0; i0 < n;) {
         const int hid_end = q->hid_pos + q->hid_n;
@@ -425,7 +453,7 @@ static rp_status decode_rows(rp_spec *s, rp_context *c, int seq, const int32_t *
             s->b_want[i] = pos >= out_from || (capture && pos >= hid_end);
         }
         rp_batch b = {.n_tokens = k, .token = s->b_tok, .seq_id = s->b_seq, .logits = s->b_want};
-        rp_status st = rp_decode(c, &b);
+        rp_status st = decode_in(c, &b, one_tok);
         if (st) return st;
         if (capture && (st = hid_store_rows(s, q, pos0 + i0, 0, k))) return st;
         i0 += k;
@@ -512,6 +540,7 @@ rp_status rp_spec_seq_reset(rp_spec *s, int seq, const rp_sampler_params *params
     rp_rng_seed(&q->rng, sp.seed ^ 0x5bec0de5u);
     q->n = 0;
     q->hid_pos = q->hid_n = 0;
+    q->full = false;
     q->ready = true;
     rp_status st = rp_kv_seq_truncate(s->t, seq, 0);
     if (!st && s->d) st = rp_kv_seq_truncate(s->d, seq, 0);
@@ -535,13 +564,44 @@ rp_spec_stats rp_spec_get_stats(const rp_spec *s, int seq) {
     return r;
 }
 
-/* Brings the target's cache up to hist[0..H-1) (MTP: with the hidden states
- * the head will need). */
-static rp_status target_sync(rp_spec *s, int seq) {
+/* Brings the target's cache up to hist[0..end) (MTP: with the hidden states
+ * the head will need); a backlog of generated or accepted tokens, which plain
+ * decoding decoded one at a time, in the one-token orders (one_tok). */
+static rp_status target_sync_to(rp_spec *s, int seq, int end, bool one_tok) {
     spec_seq *q = &s->seq[seq];
-    const int lt = rp_kv_seq_len(s->t, seq), end = q->n - 1;
+    const int lt = rp_kv_seq_len(s->t, seq);
     if (lt >= end) return RP_OK;
-    return decode_rows(s, s->t, seq, q->tok + lt, lt, end - lt, s->n_ctx, s->head != NULL);
+    return decode_rows(s, s->t, seq, q->tok + lt, lt, end - lt, s->n_ctx, s->head != NULL, one_tok);
+}
+
+static rp_status target_sync(rp_spec *s, int seq) {
+    return s->seq[seq].full ? RP_OK : target_sync_to(s, seq, s->seq[seq].n - 1, true);
+}
+
+/* A feed's tokens hist[from..H) into the target as plain decoding decodes a
+ * prompt: one call, batch orders, the last row's logits kept (full). */
+static rp_status target_feed(rp_spec *s, int seq, int from) {
+    spec_seq *q = &s->seq[seq];
+    rp_status st;
+    q->full = false;
+    /* what plain decoding decoded before these tokens, one at a time */
+    if ((st = target_sync_to(s, seq, from, true))) return st;
+    if (!q->lg && !(q->lg = rp_malloc((size_t)s->n_vocab * sizeof(float), "target logits")))
+        return RP_ERR_NOMEM;
+    /* (MTP: every row gives its hidden state, plain decoding's last row alone
+     * an output: the output rows in the one-token orders) */
+    s->t->cc.one_tok_out = s->head != NULL;
+    st = decode_rows(s, s->t, seq, q->tok + from, from, q->n - from, q->n - 1, s->head != NULL,
+                     false);
+    s->t->cc.one_tok_out = false;
+    if (st) return st;
+    const float *lg = rp_get_logits(s->t, s->t->n_batch_last - 1);
+    if (!lg)
+        return rp_fail(RP_ERR_INTERNAL,
+                       "speculative feed: the target gave no logits for position %d", q->n - 1);
+    memcpy(q->lg, lg, (size_t)s->n_vocab * sizeof(float));
+    q->full = true;
+    return RP_OK;
 }
 
 rp_status rp_spec_seq_feed(rp_spec *s, int seq, const int32_t *tokens, int n) {
@@ -563,12 +623,18 @@ rp_status rp_spec_seq_feed(rp_spec *s, int seq, const int32_t *tokens, int n) {
         return rp_fail(RP_ERR_CONTEXT_FULL,
                        "context full: sequence %d would hold %d tokens (n_ctx %d)", seq, q->n + n,
                        s->n_ctx);
+    if (n == 0) return RP_OK;
+    const int from = q->n;
     if (!take(q, tokens, n)) return RP_ERR_NOMEM;
-    if ((st = target_sync(s, seq))) return st;
+    if (s->split_api) {
+        if ((st = target_sync_to(s, seq, q->n - 1, false))) return st;
+    } else if ((st = target_feed(s, seq, from))) {
+        return st;
+    }
     if (s->d) {
         const int ld = rp_kv_seq_len(s->d, seq);
-        if (ld < q->n - 1 &&
-            (st = decode_rows(s, s->d, seq, q->tok + ld, ld, q->n - 1 - ld, s->n_ctx, false)))
+        if (ld < q->n - 1 && (st = decode_rows(s, s->d, seq, q->tok + ld, ld, q->n - 1 - ld,
+                                               s->n_ctx, false, false)))
             return st;
     }
     /* the head consumes what it can now: every row but the one that will
@@ -620,6 +686,7 @@ rp_status rp_spec_seq_truncate(rp_spec *s, int seq, int n) {
                        n);
     if (n == q->n) return RP_OK;
     q->n = n;
+    q->full = false;
     rp_sampler_reset(q->smp);
     rp_sampler_reset(q->dsmp);
     for (int i = 0; i < n; i++) {
@@ -676,7 +743,7 @@ static rp_status draft_plan(rp_spec *s, int seq, int k, int *nd) {
     spec_seq *q = &s->seq[seq];
     const int h = q->n;
     const int ld = rp_kv_seq_len(s->d, seq);
-    rp_status st = decode_rows(s, s->d, seq, q->tok + ld, ld, h - ld, h - 1, false);
+    rp_status st = decode_rows(s, s->d, seq, q->tok + ld, ld, h - ld, h - 1, false, false);
     if (st) return st;
     if (s->d_rec && k >= 2 && (st = rp_seq_checkpoint_save(s->d, seq, q->ck_d))) return st;
     *nd = 0;
@@ -724,7 +791,8 @@ static rp_status draft_mtp(rp_spec *s, int seq, int k, int *nd) {
     return RP_OK;
 }
 
-rp_status rp_spec_prepare(rp_spec *s, int seq, int max_new, int32_t *tokens, int *n_tokens) {
+/* rp_spec_prepare; while full, the rows are the drafts alone (maybe none). */
+static rp_status spec_prepare(rp_spec *s, int seq, int max_new, int32_t *tokens, int *n_tokens) {
     *n_tokens = 0;
     rp_status st = seq_check(s, seq, "step");
     if (st) return st;
@@ -750,15 +818,39 @@ rp_status rp_spec_prepare(rp_spec *s, int seq, int max_new, int32_t *tokens, int
     if (q->g) rp_grammar_restore(q->g, g0);
     if (st) return st;
     if (nd < s->p.draft_min) nd = 0;
-    /* 3. the rows to verify: the last token and the drafts */
+    /* 3. the rows to verify: the last token (unless full) and the drafts */
     if (s->t_rec && nd > 0 && (st = rp_seq_checkpoint_save(s->t, seq, q->ck_t))) return st;
+    const int f = q->full ? 0 : 1;
     tokens[0] = q->tok[h - 1];
-    memcpy(tokens + 1, q->drafts, (size_t)nd * sizeof *tokens);
-    *n_tokens = nd + 1;
+    memcpy(tokens + f, q->drafts, (size_t)nd * sizeof *tokens);
+    *n_tokens = nd + f;
     q->p_h = h;
     q->p_nd = nd;
+    q->p_full = q->full;
     q->prepared = true;
     return RP_OK;
+}
+
+rp_status rp_spec_prepare(rp_spec *s, int seq, int max_new, int32_t *tokens, int *n_tokens) {
+    *n_tokens = 0;
+    rp_status st = seq_check(s, seq, "step");
+    if (st) return st;
+    /* the caller's rows always start with the last token: no full state from
+     * now on (the last token of a fed sequence is decoded again) */
+    s->split_api = true;
+    spec_seq *q = &s->seq[seq];
+    if (q->full) {
+        q->full = false;
+        if ((st = cut(s->t, s->t_rec, q->ck_t, seq, RP_MAX(0, q->n - 1)))) return st;
+    }
+    return spec_prepare(s, seq, max_new, tokens, n_tokens);
+}
+
+/* The target's logits that predict hist[h + i] (h: the history at prepare):
+ * verification row row + i, or, when the rows were the drafts alone (f = 0),
+ * the fed sequence's last row's for i = 0 and row + i - 1 after. */
+static const float *pred_logits(const rp_spec *s, const spec_seq *q, int row, int f, int i) {
+    return f || i ? rp_get_logits(s->t, row + i - 1 + f) : q->lg;
 }
 
 rp_status rp_spec_finish(rp_spec *s, int seq, int row, int32_t *out, int *n_out) {
@@ -769,25 +861,26 @@ rp_status rp_spec_finish(rp_spec *s, int seq, int row, int32_t *out, int *n_out)
     if (!q->prepared)
         return rp_fail(RP_ERR_INVALID_ARG,
                        "speculative step: sequence %d has no prepared rows to accept", seq);
-    const int h = q->p_h, nd = q->p_nd;
+    const int h = q->p_h, nd = q->p_nd, f = q->p_full ? 0 : 1;
     if (rp_kv_seq_len(s->t, seq) != h + nd)
         return rp_fail(RP_ERR_INVALID_ARG,
                        "speculative step: sequence %d should hold %d positions after its "
                        "verification rows, it holds %d",
                        seq, h + nd, rp_kv_seq_len(s->t, seq));
-    for (int i = 0; i <= nd; i++)
+    for (int i = 0; i < nd + f; i++)
         if (!rp_get_logits(s->t, row + i) || (s->head && !rp_get_hidden(s->t, row + i)))
             return rp_fail(RP_ERR_INVALID_ARG,
                            "speculative step: batch row %d of sequence %d has no %s", row + i, seq,
                            rp_get_logits(s->t, row + i) ? "hidden state" : "logits");
     q->prepared = false;
+    q->full = false;
     /* MTP: the target's hidden states of the new rows, for the head's next catch-up */
-    if (s->head && (st = hid_store_rows(s, q, h - 1, row, nd + 1))) return st;
+    if (s->head && (st = hid_store_rows(s, q, h - f, row, nd + f))) return st;
     /* accept */
     int acc = 0, n = 0;
     bool stop = false;
     for (int i = 0; i < nd; i++) {
-        const float *lg = rp_get_logits(s->t, row + i);
+        const float *lg = pred_logits(s, q, row, f, i);
         bool ok;
         int32_t t;
         if (q->greedy) {
@@ -808,7 +901,7 @@ rp_status rp_spec_finish(rp_spec *s, int seq, int row, int32_t *out, int *n_out)
         }
     }
     if (!stop) { /* every draft kept: one more token from the target's last row */
-        const float *lg = rp_get_logits(s->t, row + nd);
+        const float *lg = pred_logits(s, q, row, f, nd);
         int32_t t;
         if (q->greedy) {
             t = rp_sampler_sample(q->smp, lg);
@@ -845,16 +938,18 @@ rp_status rp_spec_step(rp_spec *s, int seq, int max_new, int32_t *out, int *n_ou
     *n_out = 0;
     int32_t vt[RP_SPEC_DRAFT_MAX + 1];
     int nb = 0;
-    rp_status st = rp_spec_prepare(s, seq, max_new, vt, &nb);
+    rp_status st = spec_prepare(s, seq, max_new, vt, &nb);
     if (st) return st;
     if (!batch_room(s, nb)) return RP_ERR_NOMEM;
     for (int i = 0; i < nb; i++) {
         s->b_seq[i] = seq;
         s->b_want[i] = 1;
     }
+    /* every row as plain decoding computes its one token */
     rp_batch b = {.n_tokens = nb, .token = vt, .seq_id = s->b_seq, .logits = s->b_want};
-    if ((st = rp_decode(s->t, &b))) {
+    if (nb > 0 && (st = decode_in(s->t, &b, true))) {
         s->seq[seq].prepared = false;
+        s->seq[seq].full = false;
         return st;
     }
     return rp_spec_finish(s, seq, 0, out, n_out);

@@ -272,8 +272,8 @@ ALWAYS_INLINE void attn_pv(const rp_attn_split *a, const float (*p)[RP_ATTN_SPLI
     if (ce < cb) ce = cb;
     if (NQ * 8 <= 24 && a->dv % 128 == 0)
         attn_pv_chunks(a, p, base, kb, cb, ce, ke, o, ldo, NQ, NQ * 8 <= 24 ? 8 : 2);
-    else if (NQ * 4 <= 24 && a->dv % 64 == 0)
-        attn_pv_chunks(a, p, base, kb, cb, ce, ke, o, ldo, NQ, NQ * 4 <= 24 ? 4 : 2);
+    else if (NQ * 4 <= 20 && a->dv % 64 == 0)
+        attn_pv_chunks(a, p, base, kb, cb, ce, ke, o, ldo, NQ, NQ * 4 <= 20 ? 4 : 2);
     else
         attn_pv_chunks(a, p, base, kb, cb, ce, ke, o, ldo, NQ, 2);
 }

@@ -15,6 +15,7 @@ static void build(void) {
             rp_kernels_fill_avx2(k);
             rp_attn_fill_avx2(k);
             rp_act_fill_avx2(k);
+            rp_gemm_q41_fill_avx2(k);
         }
         if (l >= RP_ISA_AVX512) {
             rp_kernels_fill_avx512(k);

@@ -203,6 +203,8 @@ void rp_attn_fill_avx512(rp_kernels *k);
 void rp_act_fill_ref(rp_kernels *k);
 void rp_act_fill_avx2(rp_kernels *k);
 void rp_act_fill_avx512(rp_kernels *k);
+/* the AVX2 Q4_1 / Q5_1 multi-token gemm (gemm_q41_avx2.c) */
+void rp_gemm_q41_fill_avx2(rp_kernels *k);
 const float *rp_gelu_f16_table(void);
 
 #endif

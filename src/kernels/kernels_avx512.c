@@ -26,6 +26,7 @@
 /* the lane loops must be unrolled so their accumulators stay in registers */
 #define UNROLL8  _Pragma("GCC unroll 8")
 #define UNROLL16 _Pragma("GCC unroll 16")
+#define UNROLL3  _Pragma("GCC unroll 3")
 
 static inline float f16(uint16_t h) {
     return _cvtsh_ss(h);
@@ -416,6 +417,156 @@ B32_GEMM(q8_0, lanes, values_q8_0)
 B32_GEMM(q5_0, lanes, values_q5_0)
 B32_GEMM(q4_0, rows, values_q4_0)
 B32_GEMM(iq4_nl, rows, values_iq4_nl)
+
+/* ============================================================================
+ * Blocks of 32 with Q8_1 activations: Q4_1, Q5_1 (lanes and a min term)
+ *
+ * vec_dot (kernels_avx2.c, llama.cpp's ggml_vec_dot_q4_1_q8_1 /
+ * _q5_1_q8_1): per block acc[l] = fma(dw*dx, lane sum, acc[l]) and
+ * summs = fma(m, s, summs), then hsum(acc) + summs. Here a register holds
+ * one lane of 16 tokens, as for Q8_0; the weight values are unsigned (0..15,
+ * 0..31), so they are vpdpbusd's unsigned operand as they are and the
+ * activations its signed one: no offset, no correction. A tile of up to 3
+ * rows shares every activation load; the min term is a second pass over the
+ * blocks (one fma per block and row), which keeps it out of the registers
+ * the lane accumulators need.
+ * ========================================================================== */
+
+/* Packed group, per block b (B32_BYTES):
+ *   i8 xs[8][16][4]  lane l of token t: its 4 activation bytes
+ *   f32 dx[16]       the token's block scale d
+ *   f32 sx[16]       the token's s (fp16 d * sum of its 32 values) */
+static void b32m_pack(int n, int cnt, const void *xq, size_t ldx, void *group) {
+    const int nb = n / 32;
+    uint8_t *g = group;
+    for (int b = 0; b < nb; b++) {
+        uint32_t *xs = (uint32_t *)(g + (size_t)b * B32_BYTES);
+        float *dx = (float *)(xs + 128), *sx = dx + 16;
+        for (int t = 0; t < RP_GEMM_GROUP; t++) {
+            if (t < cnt) {
+                const block_q8_1 *x = (const block_q8_1 *)((const char *)xq + (size_t)t * ldx) + b;
+                for (int l = 0; l < 8; l++) xs[l * 16 + t] = load_u32(x->qs + 4 * l);
+                dx[t] = f16(x->d);
+                sx[t] = f16(x->s);
+            } else {
+                for (int l = 0; l < 8; l++) xs[l * 16 + t] = 0;
+                dx[t] = sx[t] = 0.0f;
+            }
+        }
+    }
+}
+
+/* an unpacked row in scratch: values (32 unsigned bytes per block), d, m */
+typedef struct b32m_row {
+    const uint8_t *v;
+    const float *dw, *mw;
+} b32m_row;
+
+typedef __m256i (*b32m_values_fn)(const void *row, int b, float *d, float *m);
+
+static __m256i values_q4_1(const void *row, int b, float *d, float *m) {
+    const block_q4_1 *x = (const block_q4_1 *)row + b;
+    *d = f16(x->d);
+    *m = f16(x->m);
+    return nibbles32(x->qs);
+}
+
+static __m256i values_q5_1(const void *row, int b, float *d, float *m) {
+    const block_q5_1 *x = (const block_q5_1 *)row + b;
+    *d = f16(x->d);
+    *m = f16(x->m);
+    return _mm256_or_si256(nibbles32(x->qs),
+                           _mm256_and_si256(bits32(x->qh), _mm256_set1_epi8(0x10)));
+}
+
+/* rows unpacked per pass over the token groups (a multiple of the tile) */
+#define B32M_ROWS 6
+
+static size_t b32m_row_bytes(int n) {
+    return rp_align_up((size_t)(n / 32) * (32 + 4 + 4), 64);
+}
+
+static size_t b32m_scratch(int n) {
+    return B32M_ROWS * b32m_row_bytes(n);
+}
+
+static b32m_row b32m_prep(int n, const void *row, b32m_values_fn values, uint8_t *p) {
+    const int nb = n / 32;
+    float *dw = (float *)(p + (size_t)nb * 32), *mw = dw + nb;
+    for (int b = 0; b < nb; b++)
+        _mm256_storeu_si256((__m256i *)(p + 32 * b), values(row, b, &dw[b], &mw[b]));
+    return (b32m_row){p, dw, mw};
+}
+
+/* nr (1..3) rows against one group of 16 tokens, c of them stored */
+static inline __attribute__((always_inline)) void
+b32m_tile(int nb, const b32m_row *R, int nr, const uint8_t *xg, float *y, size_t ldy, int c) {
+    __m512 acc[3][8];
+    UNROLL8
+    for (int l = 0; l < 8; l++) acc[0][l] = acc[1][l] = acc[2][l] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const __m512i *xs = (const __m512i *)(xg + (size_t)b * B32_BYTES);
+        const __m512 dx = _mm512_load_ps((const float *)(xs + 8));
+        __m512 d[3];
+        UNROLL3
+        for (int r = 0; r < nr; r++) d[r] = _mm512_mul_ps(_mm512_set1_ps(R[r].dw[b]), dx);
+        UNROLL8
+        for (int l = 0; l < 8; l++) {
+            const __m512i x = _mm512_load_si512(xs + l);
+            UNROLL3
+            for (int r = 0; r < nr; r++) {
+                const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                                      bcast32(R[r].v + 32 * b + 4 * l), x);
+                acc[r][l] = _mm512_fmadd_ps(d[r], _mm512_cvtepi32_ps(s), acc[r][l]);
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++) {
+        __m512 summs = _mm512_setzero_ps();
+        for (int b = 0; b < nb; b++)
+            summs = _mm512_fmadd_ps(
+                _mm512_set1_ps(R[r].mw[b]),
+                _mm512_load_ps((const float *)(xg + (size_t)b * B32_BYTES) + 144), summs);
+        store_tokens(y + r, ldy, _mm512_add_ps(reduce8(acc[r]), summs), c);
+    }
+}
+
+static void b32m_run(int n, int nr, const void *w, size_t ldw, const void *xp, int cnt, float *y,
+                     size_t ldy, void *scratch, b32m_values_fn values) {
+    const int nb = n / 32, ng = (cnt + RP_GEMM_GROUP - 1) / RP_GEMM_GROUP;
+    const size_t gb = b32_group_bytes(n), rb = b32m_row_bytes(n);
+    for (int r0 = 0; r0 < nr; r0 += B32M_ROWS) {
+        const int rows = nr - r0 < B32M_ROWS ? nr - r0 : B32M_ROWS;
+        b32m_row R[B32M_ROWS];
+        for (int i = 0; i < rows; i++)
+            R[i] = b32m_prep(n, (const char *)w + (size_t)(r0 + i) * ldw, values,
+                             (uint8_t *)scratch + (size_t)i * rb);
+        for (int g = 0; g < ng; g++) {
+            const uint8_t *xg = (const uint8_t *)xp + (size_t)g * gb;
+            const int c =
+                cnt - g * RP_GEMM_GROUP < RP_GEMM_GROUP ? cnt - g * RP_GEMM_GROUP : RP_GEMM_GROUP;
+            float *yg = y + (size_t)g * RP_GEMM_GROUP * ldy + r0;
+            int r = 0;
+            for (; r + 3 <= rows; r += 3) b32m_tile(nb, R + r, 3, xg, yg + r, ldy, c);
+            if (rows - r == 2)
+                b32m_tile(nb, R + r, 2, xg, yg + r, ldy, c);
+            else if (rows - r == 1)
+                b32m_tile(nb, R + r, 1, xg, yg + r, ldy, c);
+        }
+    }
+}
+
+#define B32M_GEMM(name)                                                                            \
+    static void gemm_run_##name(int n, int nr, const void *w, size_t ldw, const void *xp,          \
+                                size_t ldx, int cnt, float *y, size_t ldy, void *scratch) {        \
+        (void)ldx;                                                                                 \
+        b32m_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, values_##name);                          \
+    }                                                                                              \
+    static const rp_gemm_ops gemm_##name = {b32_group_bytes, b32m_pack, b32m_scratch,              \
+                                            gemm_run_##name};
+
+B32M_GEMM(q4_1)
+B32M_GEMM(q5_1)
 
 /* ---- matrix x vector, 32-blocks ----------------------------------------- */
 
@@ -925,6 +1076,82 @@ static void ks_rows_run(int n, int nr, const void *w, size_t ldw, const void *xp
     }
 }
 
+/* IQ4_XS in llama.cpp's tiled order (vec_dot_iq4_xs_ref): per super-block
+ * the exact integer sum s = sum over the 32-groups of (ls - 32) * (values .
+ * activations), then acc = fma((float)s * dw, dx, acc). Its values reach
+ * -127..113, so the +128-offset activations go through vpdpbusd (no int16
+ * saturation): per group one running int32 sum, times the group's scale. */
+static void prep_iq4_xs(const void *row, int sb, ks_sb *o) {
+    const block_iq4_xs *x = (const block_iq4_xs *)row + sb;
+    const __m128i lut = _mm_loadu_si128((const __m128i *)rp_kvalues_iq4nl);
+    for (int ib = 0; ib < 8; ib++) {
+        const __m128i q = _mm_loadu_si128((const __m128i *)(x->qs + 16 * ib));
+        _mm_storeu_si128((__m128i *)(o->v + 32 * ib),
+                         _mm_shuffle_epi8(lut, _mm_and_si128(q, _mm_set1_epi8(0xF))));
+        _mm_storeu_si128(
+            (__m128i *)(o->v + 32 * ib + 16),
+            _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0xF))));
+        const int ls = (((x->scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) |
+                        (((x->scales_h >> (2 * ib)) & 3) << 4)) -
+                       32;
+        o->sc[2 * ib] = o->sc[2 * ib + 1] = pair16(ls, ls);
+    }
+    memset(o->mn, 0, sizeof o->mn);
+    o->dw = f16(x->d);
+    o->dmin = 0;
+    ks_corr(o, false);
+}
+
+static void ks_iq4_xs_run(int n, int nr, const void *w, size_t ldw, const void *xp, int cnt,
+                          float *y, size_t ldy, void *scratch) {
+    const int nsb = n / QK_K, ng = (cnt + RP_GEMM_GROUP - 1) / RP_GEMM_GROUP;
+    const size_t gb = ks_group_bytes(n);
+    ks_sb *rows = ks_rows(scratch);
+    for (int r0 = 0; r0 < nr; r0 += 2) {
+        const int nrow = nr - r0 >= 2 ? 2 : 1;
+        ks_sb *R[2] = {rows, rows + nsb};
+        for (int i = 0; i < nrow; i++)
+            for (int sb = 0; sb < nsb; sb++)
+                prep_iq4_xs((const char *)w + (size_t)(r0 + i) * ldw, sb, &R[i][sb]);
+        if (nrow == 1) R[1] = R[0];
+        for (int g = 0; g < ng; g++) {
+            const uint8_t *xg = (const uint8_t *)xp + (size_t)g * gb;
+            __m512 f0 = _mm512_setzero_ps(), f1 = f0;
+            for (int sb = 0; sb < nsb; sb++) {
+                const uint8_t *xs = xg + (size_t)sb * KS_BYTES;
+                const __m512i *xu = (const __m512i *)xs;
+                const ks_sb *a = &R[0][sb], *b = &R[1][sb];
+                __m512i s0 = _mm512_set1_epi32(a->corr[0]), s1 = _mm512_set1_epi32(b->corr[0]);
+                for (int c = 0; c < 8; c++) {
+                    __m512i t0 = _mm512_setzero_si512(), t1 = t0;
+                    UNROLL8
+                    for (int l = 0; l < 8; l++) {
+                        const __m512i x = _mm512_load_si512(xu + 8 * c + l);
+                        t0 = _mm512_dpbusd_epi32(t0, x, bcast32(a->v + 32 * c + 4 * l));
+                        t1 = _mm512_dpbusd_epi32(t1, x, bcast32(b->v + 32 * c + 4 * l));
+                    }
+                    s0 = _mm512_add_epi32(
+                        s0, _mm512_mullo_epi32(
+                                t0, _mm512_set1_epi32((int16_t)(a->sc[2 * c] & 0xFFFF))));
+                    s1 = _mm512_add_epi32(
+                        s1, _mm512_mullo_epi32(
+                                t1, _mm512_set1_epi32((int16_t)(b->sc[2 * c] & 0xFFFF))));
+                }
+                const __m512 dx = _mm512_load_ps((const float *)(xs + KS_DX));
+                f0 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s0), _mm512_set1_ps(a->dw)),
+                                     dx, f0);
+                f1 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s1), _mm512_set1_ps(b->dw)),
+                                     dx, f1);
+            }
+            const int c =
+                cnt - g * RP_GEMM_GROUP < RP_GEMM_GROUP ? cnt - g * RP_GEMM_GROUP : RP_GEMM_GROUP;
+            float *yg = y + (size_t)g * RP_GEMM_GROUP * ldy + r0;
+            store_tokens(yg, ldy, f0, c);
+            if (nrow == 2) store_tokens(yg + 1, ldy, f1, c);
+        }
+    }
+}
+
 #define KS_GEMM(name, body)                                                                        \
     static void gemm_run_##name(int n, int nr, const void *w, size_t ldw, const void *xp,          \
                                 size_t ldx, int cnt, float *y, size_t ldy, void *scratch) {        \
@@ -937,6 +1164,7 @@ KS_GEMM(q2_K, ks_rows_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep_q2_K, 8)
 KS_GEMM(q4_K, ks_rows_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep_q4_K, 4))
 KS_GEMM(q3_K, ks_tiled_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep_q3_K, false))
 KS_GEMM(q5_K, ks_tiled_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep_q5_K, true))
+KS_GEMM(iq4_xs, ks_iq4_xs_run(n, nr, w, ldw, xp, cnt, y, ldy, scratch))
 KS_GEMM(q6_K, ks_lanes_run_off(n, nr, w, ldw, xp, cnt, y, ldy, scratch, prep_q6_K, false, true))
 
 /* ---- matrix x vector, K-quants --------------------------------------------- */
@@ -1978,11 +2206,14 @@ void rp_kernels_fill_avx512(rp_kernels *k) {
     k->gemm[RP_TYPE_Q8_0] = &gemm_q8_0;
     k->gemm[RP_TYPE_Q5_0] = &gemm_q5_0;
     k->gemm[RP_TYPE_Q4_0] = &gemm_q4_0;
+    k->gemm[RP_TYPE_Q4_1] = &gemm_q4_1;
+    k->gemm[RP_TYPE_Q5_1] = &gemm_q5_1;
     k->gemm[RP_TYPE_IQ4_NL] = &gemm_iq4_nl;
     k->gemm[RP_TYPE_Q2_K] = &gemm_q2_K;
     k->gemm[RP_TYPE_Q3_K] = &gemm_q3_K;
     k->gemm[RP_TYPE_Q4_K] = &gemm_q4_K;
     k->gemm[RP_TYPE_Q5_K] = &gemm_q5_K;
+    k->gemm[RP_TYPE_IQ4_XS] = &gemm_iq4_xs;
     k->gemm[RP_TYPE_Q6_K] = &gemm_q6_K;
     k->gemv[RP_TYPE_Q8_0] = gemv_q8_0;
     k->gemv[RP_TYPE_Q4_K] = gemv_q4_K;

@@ -23,7 +23,7 @@
  * returns: a batch equals the same tokens one at a time; except where
  * llama.cpp's x86 prompt path has its own order (rp_kernels.vec_dot_batch:
  * Q4_K, Q6_K), which the packed kernels follow on the tokens
- * rp_matmul_batch_tokens names. */
+ * rp_matmul_batch_tokens names (none with rp_compute.one_tok). */
 #include "kernels/matmul.h"
 #include "kernels/kernels.h"
 #include "kernels/types.h"
@@ -67,6 +67,7 @@ typedef struct mm_job {
     int ne0;
     int n_tok;
     const float *x; /* F32 activations [n_tok][ne0] */
+    bool one_tok;   /* rp_compute.one_tok */
     int vdt;        /* vec_dot_type of the pass */
     mm_mode mode;
     uint8_t *xq; /* activations in vdt, xq_stride bytes per token */
@@ -187,7 +188,7 @@ static void rows_packed(const mm_job *j, const rp_tensor *w, float *y, long p0, 
     const size_t rows = (size_t)w->ne[1];
     const int chunk = (int)RP_MAX((size_t)1, CHUNK_BYTES / (j->xq_stride + j->xe_stride));
     const rp_pack_gemm_fn gb = j->k->pack_gemm_batch[w->type];
-    const int nb = gb ? rp_matmul_batch_tokens(w->type, j->n_tok) : 0;
+    const int nb = gb && !j->one_tok ? rp_matmul_batch_tokens(w->type, j->n_tok) : 0;
     for (int t0 = 0; t0 < j->n_tok;) {
         const int end = t0 < nb ? nb : j->n_tok;
         const int cnt = RP_MIN(chunk, end - t0);
@@ -260,6 +261,7 @@ void rp_matmul_n(rp_compute *cc, int n, const rp_tensor *const *w, float *const 
                     .ne0 = (int)ne0,
                     .n_tok = n_tok,
                     .x = x,
+                    .one_tok = cc->one_tok,
                     .vdt = vdt,
                     .k = k,
                     .pool = cc->pool};

@@ -8,6 +8,7 @@
 #include "core/tensor.h"
 #include "base/threads.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -15,6 +16,15 @@ typedef struct rp_compute {
     rp_pool *pool;
     uint8_t *wbuf; /* scratch: activations encoded in the kernels' format */
     size_t wbuf_size;
+    /* Every token of a batch in the order it has as a lone token: no batch
+     * order on packed weights (rp_matmul_batch_tokens), attention's one-token
+     * V order (rp_attention). A speculative target's verification sets it, so
+     * that its rows equal plain decoding's, token by token. */
+    bool one_tok;
+    /* one_tok from the last step's feed-forward on (the rows that give
+     * outputs), for a prompt decoded with every row an output as plain
+     * decoding computes its one output row (qwen35: the MTP target). */
+    bool one_tok_out;
 } rp_compute;
 
 /* Scratch bytes a matmul over n_tok rows of n_in activations may need. */

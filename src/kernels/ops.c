@@ -283,6 +283,7 @@ typedef struct attn_job {
     const rp_attn_args *a;
     float *scratch;
     size_t per_thread;
+    int lanes; /* attn_exact_head's V lanes: 64 in the one-token order, 16 in the batch order */
 } attn_job;
 
 /* One query head on an F32 cache in the order of llama.cpp's exact attention
@@ -297,7 +298,7 @@ typedef struct attn_job {
  * positions; masked cells add exact zeros, so only lane = position % 16 (or
  * % 64) matters. s holds n_ctx + 48 floats; acc 16 * dv (64 * dv room). */
 static void attn_exact_head(const rp_attn_args *a, const rp_kv_view *kv, int g, const float *q,
-                            int lo, int p, float *s, float *acc, float *o) {
+                            int lo, int p, int L, float *s, float *acc, float *o) {
     const rp_kernels *kn = rp_kern();
     const int dk = a->head_dim_k, dv = a->head_dim_v;
     const float *K = (const float *)kv->k + (size_t)g * (size_t)kv->cap * (size_t)dk;
@@ -321,8 +322,8 @@ static void attn_exact_head(const rp_attn_args *a, const rp_kv_view *kv, int g, 
      * its n_kv is padded to 256, so no cell falls in its serial tail). So a
      * batch differs from its tokens one at a time in the last bits, as in
      * llama.cpp; following both makes greedy decoding llama.cpp's, token for
-     * token (tests/cli/real_models.sh, greedy_decode). */
-    const int L = a->n_tok == 1 ? 64 : 16;
+     * token (tests/cli/real_models.sh, greedy_decode). L: 64 for one token
+     * (or rp_compute.one_tok: every token in its one-token order), else 16. */
     memset(acc, 0, (size_t)L * (size_t)dv * sizeof(float));
     for (int j = lo; j <= p; j++)
         kn->fma_f32(dv, s[j - base], V + (size_t)(j % kv->cap) * (size_t)dv,
@@ -387,7 +388,7 @@ static void attn_task(void *arg, int ith, int nth) {
             float *s = sc + (size_t)hh * (size_t)(j->per_thread / (size_t)group);
             if (kv->type_k == RP_TYPE_F32 && kv->type_v == RP_TYPE_F32 && dv <= RP_ATTN_MAXD) {
                 _Alignas(64) float acc[64 * RP_ATTN_MAXD];
-                attn_exact_head(a, kv, g, q, lo, p, s, acc,
+                attn_exact_head(a, kv, g, q, lo, p, j->lanes, s, acc,
                                 a->out + (size_t)t * (size_t)a->out_stride +
                                     (size_t)h * (size_t)dv);
                 continue;
@@ -665,7 +666,7 @@ static void attention(rp_compute *cc, const rp_attn_args *a, float *scratch, siz
     const bool split =
         a->n_tok > 0 && a->kv[0]->type_k != RP_TYPE_F32 && a->kv[0]->type_v != RP_TYPE_F32;
     if (!kn->attn_split || !split || a->head_dim_k > RP_ATTN_MAXD || a->head_dim_v > RP_ATTN_MAXD) {
-        attn_job j = {a, scratch, per_thread};
+        attn_job j = {a, scratch, per_thread, a->n_tok == 1 || cc->one_tok ? 64 : 16};
         rp_pool_run(cc->pool, attn_task, &j);
         return;
     }

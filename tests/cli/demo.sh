@@ -18,6 +18,13 @@ PPL_LLAMA=85.3446     # reprise demo, no plan (40 chunks of 256)
 PPL_LLAMA_PLAN=87.7349 # reprise demo, its plan
 PPL_QWEN3=107.6938     # perplexity -c 256 --chunks 20 on the held-out text
 PPL_ZAMBA=74.4635     # perplexity -c 256 --chunks 20 on the held-out text
+CHUNKS=40 ZCHUNKS=20
+if [ "$SANITIZED" = 1 ]; then
+    # a sanitizer tree runs every step on the first 4 chunks (the figures
+    # measured there, plus 2%); the release tree checks the whole text
+    PPL_LLAMA=79.0510 PPL_LLAMA_PLAN=81.9569 PPL_QWEN3=102.3429 PPL_ZAMBA=67.4807
+    CHUNKS=4 ZCHUNKS=4
+fi
 
 # coherent: at least 20 words, 90% of them words of War and Peace
 coherent() { # name text
@@ -36,7 +43,7 @@ below() {
         || fail "$1" "PPL '$2', bound $3 + 2%"
 }
 
-"$BIN" demo -t 2 > "$T/demo" 2> "$T/err"
+"$BIN" demo -t 2 --chunks $CHUNKS > "$T/demo" 2> "$T/err"
 [ $? -eq 0 ] && ok demo_runs || fail demo_runs "$(tail -3 "$T/err")"
 grep -q "^plan: --repeat-layers" "$T/demo" && ok demo_plan_report || fail demo_plan_report "$(head -c 400 "$T/demo")"
 [ "$(grep -c '^  greedy: ' "$T/demo")" = 2 ] && ok demo_two_generations || fail demo_two_generations "$(cat "$T/demo")"
@@ -53,11 +60,11 @@ want=$(grep -m1 '^  greedy: ' "$T/demo" | sed 's/^  greedy: "//; s/\.\.\."$//; s
 # Zamba2 (two shared blocks, adapter form)
 out=$("$BIN" run -m "$ZAMBA" -p "Prince Andrew looked at" -n 48 --temp 0 -t 2 2> "$T/err")
 [ $? -eq 0 ] && coherent zamba2_greedy_coherent "$out" || fail zamba2_greedy_coherent "$(tail -2 "$T/err")"
-"$BIN" perplexity -m "$ZAMBA" -f "$HELD" -c 256 --chunks 20 -t 2 > "$T/zp" 2>&1
+"$BIN" perplexity -m "$ZAMBA" -f "$HELD" -c 256 --chunks $ZCHUNKS -t 2 > "$T/zp" 2>&1
 below zamba2_ppl "$(sed -n 's/^Final estimate: PPL = \([0-9.]*\).*/\1/p' "$T/zp")" $PPL_ZAMBA
 
 # Qwen3 (RMS-normed q and k)
 out=$("$BIN" run -m "$QWEN3" -p "Prince Andrew looked at" -n 48 --temp 0 -t 2 2> "$T/err")
 [ $? -eq 0 ] && coherent qwen3_greedy_coherent "$out" || fail qwen3_greedy_coherent "$(tail -2 "$T/err")"
-"$BIN" perplexity -m "$QWEN3" -f "$HELD" -c 256 --chunks 20 -t 2 > "$T/qp" 2>&1
+"$BIN" perplexity -m "$QWEN3" -f "$HELD" -c 256 --chunks $ZCHUNKS -t 2 > "$T/qp" 2>&1
 below qwen3_ppl "$(sed -n 's/^Final estimate: PPL = \([0-9.]*\).*/\1/p' "$T/qp")" $PPL_QWEN3

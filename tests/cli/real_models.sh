@@ -82,7 +82,11 @@ for f in avx512f avx512bw avx512vl avx512dq avx512_vnni avx512vbmi; do
     grep -qw "$f" /proc/cpuinfo 2> /dev/null || { GB="5e-2 0.9"; EXACT=0; } # other orders
 done
 logits gemma3-prose "$GEMMA" 262144 $GB
-logits gemma3-code "$GEMMA" 262144 $GB
+# a sanitizer tree (SANITIZED, _lib.sh) runs one check of each kind on each
+# path (the release tree checks every golden): the logits of gemma3-code,
+# the plan's second and third logits goldens, the greedy decodes but
+# smollm2-chat, and Gemma's perplexity are the release tree's alone
+[ "$SANITIZED" = 1 ] || logits gemma3-code "$GEMMA" 262144 $GB
 greedy smollm2-chat "$SMOL" 49152 0.05
 # a plan against the merged file: reprise runs --repeat-layers 10,14 on the
 # original; llama.cpp ran the file `reprise merge` writes for that plan (the
@@ -92,13 +96,16 @@ greedy smollm2-chat "$SMOL" 49152 0.05
 # from its own batch after 20 tokens at a near tie (0.15)
 PLAN="--repeat-layers 10,14"
 logits smollm2-rys-chat "$SMOL" 49152 1e-6 1
-logits smollm2-rys-code "$SMOL" 49152 1e-6 1
-logits smollm2-rys-cont "$SMOL" 49152 1e-6 1
-greedy smollm2-rys-chat "$SMOL" 49152 0.2
+if [ "$SANITIZED" = 0 ]; then
+    logits smollm2-rys-code "$SMOL" 49152 1e-6 1
+    logits smollm2-rys-cont "$SMOL" 49152 1e-6 1
+    greedy smollm2-rys-chat "$SMOL" 49152 0.2
+    PLAN=""
+    greedy smollm2-code "$SMOL" 49152 0.2
+    greedy gemma3-prose "$GEMMA" 262144 0.5
+    greedy gemma3-code "$GEMMA" 262144 0.5
+fi
 PLAN=""
-greedy smollm2-code "$SMOL" 49152 0.2
-greedy gemma3-prose "$GEMMA" 262144 0.5
-greedy gemma3-code "$GEMMA" 262144 0.5
 
 # perplexity: the first 512-token chunk of wiki.test.raw against
 # llama-perplexity's (-c 512 --chunks 1 -fa off -ctk f32 -ctv f32, the
@@ -116,7 +123,7 @@ PY
     [ $? = 0 ] && ok "real_ppl_$1 ($(cat "$T/out"))" || fail "real_ppl_$1" "$(cat "$T/out")"
 }
 ppl smollm2 "$SMOL"
-ppl gemma3 "$GEMMA"
+[ "$SANITIZED" = 1 ] || ppl gemma3 "$GEMMA"
 
 # chat: SmolLM2 through its ChatML template answers a factual question
 out=$("$BIN" chat -m "$SMOL" -p "What is the capital of France? Answer in one short sentence." \

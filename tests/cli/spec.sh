@@ -26,12 +26,23 @@ same_text greedy_qwen3_repeat "$Q3" "--repeat-layers 2,5" "--spec --draft-max 3"
 same_text greedy_qwen35_mtp "$Q35" "" "--spec-mtp --draft-max 3 --draft-p-min 0" --tokens "$TOK"
 same_text greedy_qwen35_mtp_repeat "$Q35" "--repeat-layers 2,6" "--spec-mtp --draft-max 2" --tokens "$TOK"
 same_text greedy_qwen35_draft_plan "$Q35" "--repeat-layers 2,6" "--draft-plan 0..2,4..7 --draft-max 3 --draft-p-min 0" --tokens "$TOK"
-# quantized weights: the batched (gemm) and single-token (gemv) kernels give
-# the same floats. On the AVX2 table, for every type: with AVX-512, packed
-# Q4_K / Q6_K batches follow llama.cpp's batch orders (docs/fidelity.md,
-# items 7-8), which differ from its one-token orders in the last bits, so a
-# verified draft there may part from plain decoding at a near tie
-REPRISE_ISA=avx2 same_text greedy_qwen3_q4km "$S/models/synth/qwen3-tiny-Q4_K_M.gguf" "--repeat-layers 2,5 -t 2" "--spec --draft-max 6 --draft-p-min 0" --tokens "$TOK"
+# quantized weights on the native kernels: with AVX-512, packed Q4_K / Q6_K
+# batches take llama.cpp's batch orders (docs/fidelity.md, items 7-8) and an
+# F32 cache's attention its batch order for V (item 11), which differ from the
+# one-token orders in the last bits; the target verifies in the one-token
+# orders (rp_compute.one_tok) and decodes the prompt as plain decoding does, so
+# the text is plain decoding's (before: the F32-cache runs parted at a near tie
+# within 40 tokens, on all three of these prompts)
+Q4KM="$S/models/synth/qwen3-tiny-Q4_K_M.gguf"
+same_text greedy_qwen3_q4km "$Q4KM" "--repeat-layers 2,5 -t 2" "--spec --draft-max 6 --draft-p-min 0" --tokens "$TOK"
+same_text greedy_qwen3_q4km_f32cache "$Q4KM" "-t 2 -ctk f32 -ctv f32" "--spec --draft-max 6 --draft-p-min 0" --tokens "$TOK"
+same_text greedy_qwen3_q4km_f32cache_short "$Q4KM" "-t 2 -ctk f32 -ctv f32" "--spec --draft-max 6 --draft-p-min 0" --tokens 1,90,33,12
+same_text greedy_qwen3_q4km_f32cache_plan "$Q4KM" "-t 2 -ctk f32 -ctv f32" "--draft-plan 0..2,5..7 --draft-max 3 --draft-p-min 0" --tokens "$TOK"
+# the MTP target on Q4_K_M with an F32 cache: its prompt rows are all outputs
+# (the head's hidden states), in the one-token orders from the last
+# feed-forward on (rp_compute.one_tok_out), as plain decoding's one output row
+"$BIN" quantize "$Q35" "$T/q35-q4km.gguf" Q4_K_M -t 2 > /dev/null 2>&1
+same_text greedy_qwen35_mtp_q4km_f32cache "$T/q35-q4km.gguf" "-t 2 -ctk f32 -ctv f32" "--spec-mtp --draft-max 3 --draft-p-min 0" --tokens 5,6,7,8,9,10,11,12,13,14,15,16
 # sliding-window rings (gemma3, micro-batch 16: rings of window + 15 cells) roll back
 same_text greedy_gemma3_rings "$S/models/synth/gemma3-tiny.gguf" "-b 16" "--draft-plan 0,2..5 --draft-max 8 --draft-p-min 0" --tokens "$TOK"
 # zamba2: Mamba2 state restored from checkpoints in the target (a repeat plan) and the draft
@@ -61,6 +72,13 @@ if cmp -s "$T/c1.txt" "$T/c2.txt" && [ "$(grep -c '^\[speculative:' "$T/c.err")"
 "$BIN" chat -m "$Q35" --chat-template chatml --temp 0 -n 20 -t 1 < "$T/chat.in" > "$T/c1.txt" 2>/dev/null
 "$BIN" chat -m "$Q35" --chat-template chatml --temp 0 -n 20 -t 1 --spec-mtp --draft-p-min 0 < "$T/chat.in" > "$T/c2.txt" 2> "$T/c.err"
 cmp -s "$T/c1.txt" "$T/c2.txt" && ok chat_mtp_same_answers || fail chat_mtp_same_answers "$(tail -3 "$T/c.err")"
+# three turns on Q4_K_M with an F32 cache (batch orders differ from one-token
+# orders on AVX-512): each turn's tokens are decoded as plain chat decodes
+# them, the answer's tokens in their one-token orders (before: different text)
+printf 'Hello there\nTell me a story\nAnd another one\n' > "$T/chat3.in"
+"$BIN" chat -m "$Q4KM" --chat-template chatml --temp 0 -n 30 -t 2 -ctk f32 -ctv f32 < "$T/chat3.in" > "$T/c1.txt" 2>/dev/null
+"$BIN" chat -m "$Q4KM" --chat-template chatml --temp 0 -n 30 -t 2 -ctk f32 -ctv f32 --spec --draft-max 6 --draft-p-min 0 < "$T/chat3.in" > "$T/c2.txt" 2> "$T/c.err"
+[ -s "$T/c1.txt" ] && cmp -s "$T/c1.txt" "$T/c2.txt" && ok chat_q4km_f32cache_same_answers || fail chat_q4km_f32cache_same_answers "$(tail -3 "$T/c.err")"
 
 # bench: plain and speculative generation side by side
 "$BIN" bench -m "$M" -p 0 -n 16 -r 1 -t 1 --draft-plan 0,1,3,4 > "$T/bench.txt" 2> "$T/bench.err"
