@@ -1785,7 +1785,7 @@ static const rp_pack_ops pack_q4_K = {p4k_bytes,  p4k_pack,  p4k_unpack,
  *   u8  qh[2 h][8 l][16 rows][4]       bytes 32h+4l.. (bits 2k: chunk 4h+k)
  *   i8  sc[16 groups][16 rows]
  *   u16 d[16] */
-#define P6K_BYTES 3360
+#define P6K_BYTES 3392
 #define P6K_QH    2048
 #define P6K_SC    3072
 #define P6K_D     3328
@@ -1948,8 +1948,86 @@ ALWAYS_INLINE void p6k_tile_impl(TILE_PARAMS, const int TT, const bool tiled) {
         store_panel(y + (size_t)t * ldy, r0, rows, tiled ? acc[t][0] : reduce8(acc[t]));
 }
 
+/* One token (generation): the tile's arithmetic per lane, reordered so that
+ * fewer vectors stay live (the tile's 24 scale vectors and 8 accumulators
+ * spilled): lanes 0..3 use the even 16-groups' scales, lanes 4..7 the odd
+ * ones, so each half builds only its 8; each lane's offset pairs come from
+ * one permutation. Integer lane sums are exact, so every float is the
+ * tile's (acc[l] = fma(dx * dw, sum, acc[l]), then the same reduction). */
+ALWAYS_INLINE void p6k_one(TILE_PARAMS) {
+    (void)ldy;
+    const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
+    const __m512i dup_lo = _mm512_set_epi16(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8,
+                                            8, 7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    const __m512i dup_hi = _mm512_add_epi16(dup_lo, _mm512_set1_epi16(16));
+    const __m512i pair =
+        _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    (void)ldx;
+    (void)lde;
+    __m512 acc[8];
+    UNROLL8
+    for (int l = 0; l < 8; l++) acc[l] = _mm512_setzero_ps();
+    for (int sb = 0; sb < nb; sb++, pw += P6K_BYTES) {
+        /* the block after next: its scales are read first, at its end */
+        for (int i = 0; i < P6K_BYTES; i += 64)
+            _mm_prefetch((const char *)pw + 2 * P6K_BYTES + i, _MM_HINT_T0);
+        const block_q8_K *xb = (const block_q8_K *)xq + sb;
+        const uint32_t *bs = (const uint32_t *)xe + 8 * sb;
+        const __m512 d =
+            _mm512_mul_ps(_mm512_set1_ps(xb->d),
+                          _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pw + P6K_D))));
+        for (int half = 0; half < 2; half++) {
+            __m512i sp[8]; /* (sc, sc) of the 16 rows for group 2j + half */
+            UNROLL8
+            for (int j = 0; j < 8; j++)
+                sp[j] = _mm512_permutexvar_epi16(half ? dup_hi : dup_lo,
+                                                 _mm512_cvtepi8_epi16(_mm256_loadu_si256(
+                                                     (const __m256i *)(pw + P6K_SC + 2 * j * 16))));
+            UNROLL8
+            for (int l = 4 * half; l < 4 * half + 4; l++) {
+                __m512i sum = _mm512_setzero_si512();
+                UNROLL8
+                for (int h = 0; h < 2; h++) {
+                    const __m512i qh = _mm512_loadu_si512(pw + P6K_QH + (size_t)(h * 8 + l) * 64);
+                    const __m512i w0 = _mm512_loadu_si512(pw + (size_t)((h * 2 + 0) * 8 + l) * 64);
+                    const __m512i w1 = _mm512_loadu_si512(pw + (size_t)((h * 2 + 1) * 8 + l) * 64);
+                    __m512i q[4];
+                    q[0] = _mm512_ternarylogic_epi32(m30, _mm512_slli_epi16(qh, 4),
+                                                     _mm512_and_si512(w0, m4), 0xCA);
+                    q[1] = _mm512_ternarylogic_epi32(m30, _mm512_slli_epi16(qh, 2),
+                                                     _mm512_and_si512(w1, m4), 0xCA);
+                    q[2] = _mm512_ternarylogic_epi32(
+                        m30, qh, _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4), 0xCA);
+                    q[3] = _mm512_ternarylogic_epi32(m30, _mm512_srli_epi16(qh, 2),
+                                                     _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4),
+                                                     0xCA);
+                    UNROLL8
+                    for (int k = 0; k < 4; k++) {
+                        const int c = 4 * h + k;
+                        const __m512i pr =
+                            _mm512_maddubs_epi16(q[k], bcast32(xb->qs + 32 * c + 4 * l));
+                        sum = _mm512_dpwssd_epi32(sum, pr, sp[4 * h + k]);
+                    }
+                }
+                const __m512i so = _mm512_permutexvar_epi16(
+                    pair, _mm512_cvtepi8_epi16(
+                              _mm256_loadu_si256((const __m256i *)(pw + P6K_SC + 2 * l * 16))));
+                const __m512i off =
+                    _mm512_dpwssd_epi32(_mm512_setzero_si512(), so, _mm512_set1_epi32((int)bs[l]));
+                sum = _mm512_sub_epi32(sum, _mm512_slli_epi32(off, 5));
+                acc[l] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sum), acc[l]);
+            }
+        }
+    }
+    store_panel(y, r0, rows, reduce8(acc));
+}
+
 ALWAYS_INLINE void p6k_tile(TILE_PARAMS, const int TT) {
-    p6k_tile_impl(pw, nb, xq, ldx, xe, lde, y, ldy, r0, rows, TT, false);
+    if (TT == 1)
+        p6k_one(pw, nb, xq, ldx, xe, lde, y, ldy, r0, rows);
+    else
+        p6k_tile_impl(pw, nb, xq, ldx, xe, lde, y, ldy, r0, rows, TT, false);
 }
 
 ALWAYS_INLINE void p6k_tile_b(TILE_PARAMS, const int TT) {
