@@ -101,8 +101,10 @@ run: setup
 	@$(MAKE) --no-print-directory all
 	@$(BIN) demo
 
+# the sanitizer tree builds on every core (2 min serial on the 2-core machine)
+NPROC    := $(shell nproc 2> /dev/null || echo 2)
 test: all
-	@$(MAKE) --no-print-directory BUILD=build-san SAN=1 OPT="-O1 -g" all
+	@$(MAKE) --no-print-directory -j$(NPROC) BUILD=build-san SAN=1 OPT="-O1 -g" all
 	@tests/run.sh $(BUILD) build-san
 
 unit: all
