@@ -48,6 +48,9 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
+# `make` with no goal builds `all`, whatever the included files define first.
+.DEFAULT_GOAL := all
+
 # Vulkan backend (issue 23): adds its objects to LIB_OBJ when libvulkan-dev and
 # glslc are installed; sets VK_FORMAT (its sources, for make format).
 include src/backend/vulkan/vulkan.mk
