@@ -1779,16 +1779,21 @@ PANEL_GEMM(p4k_gemm_b, p4k_tile_b, 4, QK_K, P4K_BYTES)
 static const rp_pack_ops pack_q4_K = {p4k_bytes,  p4k_pack,  p4k_unpack,
                                       p4k_xbytes, p4k_xprep, p4k_gemm};
 
-/* ---- Q6_K (lanes): per panel and super-block (3360 bytes, as the file)
- *   u8  ql[2 h][2 m][8 l][16 rows][4]  bytes 64h+32m+4l.. of each row's ql
- *                                      (low nibbles: chunk 4h+m, high: 4h+m+2)
- *   u8  qh[2 h][8 l][16 rows][4]       bytes 32h+4l.. (bits 2k: chunk 4h+k)
+/* ---- Q6_K (lanes): per panel and super-block (3360 bytes of the file,
+ * padded to 3392 so that blocks start on cache lines), in the order the
+ * kernels read it, so a panel streams front to back:
  *   i8  sc[16 groups][16 rows]
- *   u16 d[16] */
+ *   u16 d[16], 32 bytes of padding
+ *   then per lane l (8), per half h (2), three 64-byte vectors [16 rows][4]:
+ *     qh   bytes 32h+4l.. of each row's qh (bits 2k: chunk 4h+k)
+ *     ql0  bytes 64h+4l..    of each row's ql (low nibbles: chunk 4h,   high: 4h+2)
+ *     ql1  bytes 64h+32+4l.. of each row's ql (low nibbles: chunk 4h+1, high: 4h+3) */
 #define P6K_BYTES 3392
-#define P6K_QH    2048
-#define P6K_SC    3072
-#define P6K_D     3328
+#define P6K_SC    0
+#define P6K_D     256
+#define P6K_Q     320
+/* the qh vector (m < 0) or ql vector m of half h, lane l */
+#define P6K_VEC(h, m, l) (P6K_Q + (size_t)(l)*384 + (size_t)(h)*192 + (size_t)((m) + 1) * 64)
 
 static size_t p6k_bytes(int64_t n, int64_t rows) {
     return (size_t)(n_panels(rows) * (n / QK_K)) * P6K_BYTES;
@@ -1803,26 +1808,21 @@ static void p6k_pack(int64_t n, int64_t rows, const void *w, size_t ldw, void *d
             for (int r = 0; r < 16; r++) {
                 const int64_t row = p * 16 + r;
                 if (row >= rows) {
-                    /* q = 32 is the value 0 */
-                    for (int i = 0; i < 32; i++)
-                        memcpy(o + (size_t)(i * 16 + r) * 4, "\0\0\0\0", 4);
+                    /* q = 32 is the value 0 (the low bits are already 0) */
                     for (int h = 0; h < 2; h++)
                         for (int l = 0; l < 8; l++)
-                            memcpy(o + P6K_QH + (size_t)((h * 8 + l) * 16 + r) * 4,
-                                   "\xAA\xAA\xAA\xAA", 4);
+                            memcpy(o + P6K_VEC(h, -1, l) + 4 * r, "\xAA\xAA\xAA\xAA", 4);
                     continue;
                 }
                 const block_q6_K *x =
                     (const block_q6_K *)((const char *)w + (size_t)row * ldw) + sb;
                 for (int h = 0; h < 2; h++)
-                    for (int m = 0; m < 2; m++)
-                        for (int l = 0; l < 8; l++)
-                            memcpy(o + (size_t)(((h * 2 + m) * 8 + l) * 16 + r) * 4,
-                                   x->ql + 64 * h + 32 * m + 4 * l, 4);
-                for (int h = 0; h < 2; h++)
-                    for (int l = 0; l < 8; l++)
-                        memcpy(o + P6K_QH + (size_t)((h * 8 + l) * 16 + r) * 4,
-                               x->qh + 32 * h + 4 * l, 4);
+                    for (int l = 0; l < 8; l++) {
+                        for (int m = 0; m < 2; m++)
+                            memcpy(o + P6K_VEC(h, m, l) + 4 * r, x->ql + 64 * h + 32 * m + 4 * l,
+                                   4);
+                        memcpy(o + P6K_VEC(h, -1, l) + 4 * r, x->qh + 32 * h + 4 * l, 4);
+                    }
                 for (int g = 0; g < 16; g++) o[P6K_SC + g * 16 + r] = (uint8_t)x->scales[g];
                 memcpy(o + P6K_D + 2 * r, &x->d, 2);
             }
@@ -1836,11 +1836,11 @@ static void p6k_unpack(int64_t n, const void *packed, int64_t r, int64_t b0, int
     for (int64_t sb = b0; sb < b1; sb++, x++) {
         const uint8_t *o = panel_block(packed, n / QK_K, r, sb, P6K_BYTES);
         for (int h = 0; h < 2; h++)
-            for (int m = 0; m < 2; m++)
-                for (int l = 0; l < 8; l++)
-                    gather4(x->ql + 64 * h + 32 * m + 4 * l, o, (h * 2 + m) * 8 + l, rr);
-        for (int h = 0; h < 2; h++)
-            for (int l = 0; l < 8; l++) gather4(x->qh + 32 * h + 4 * l, o + P6K_QH, h * 8 + l, rr);
+            for (int l = 0; l < 8; l++) {
+                for (int m = 0; m < 2; m++)
+                    memcpy(x->ql + 64 * h + 32 * m + 4 * l, o + P6K_VEC(h, m, l) + 4 * rr, 4);
+                memcpy(x->qh + 32 * h + 4 * l, o + P6K_VEC(h, -1, l) + 4 * rr, 4);
+            }
         for (int g = 0; g < 16; g++) x->scales[g] = (int8_t)o[P6K_SC + g * 16 + rr];
         memcpy(&x->d, o + P6K_D + 2 * rr, 2);
     }
@@ -1862,7 +1862,7 @@ static void p6k_xprep(int n, const void *xq, void *xe) {
 /* per token and lane: the lane's exact sum over the super-block (unsigned
  * values, per-16 scales, minus 32 * (sc[2l] bsums[2l] + sc[2l+1] bsums[2l+1])
  * as kernels_ref.c), then acc[l] = fma(dx * dw, sum, acc[l]) */
-ALWAYS_INLINE void p6k_tile_impl(TILE_PARAMS, const int TT, const bool tiled) {
+ALWAYS_INLINE void p6k_tile_impl(TILE_PARAMS, const int TT) {
     const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
     /* int16 lane pairs (2r, 2r + 1) <- word r of the low (even) or high (odd) group */
     const __m512i dup_lo = _mm512_set_epi16(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8,
@@ -1871,13 +1871,10 @@ ALWAYS_INLINE void p6k_tile_impl(TILE_PARAMS, const int TT, const bool tiled) {
     __m512i scp[16]; /* (sc, sc) pairs of the 16 rows, per group */
     __m512i sco[8];  /* (sc[2l], sc[2l+1]) pairs of the 16 rows, per lane */
     __m512 acc[6][8];
-    __m512i tot[6]; /* tiled: the exact super-block sum */
     UNROLL8
     for (int t = 0; t < TT; t++) UNROLL8
     for (int l = 0; l < 8; l++) acc[t][l] = _mm512_setzero_ps();
     for (int sb = 0; sb < nb; sb++, pw += P6K_BYTES) {
-        UNROLL8
-        for (int t = 0; t < TT; t++) tot[t] = _mm512_setzero_si512();
         for (int g = 0; g < 16; g += 2) {
             const __m512i s16 =
                 _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(pw + P6K_SC + g * 16)));
@@ -1898,9 +1895,9 @@ ALWAYS_INLINE void p6k_tile_impl(TILE_PARAMS, const int TT, const bool tiled) {
             for (int t = 0; t < TT; t++) sum[t] = _mm512_setzero_si512();
             UNROLL8
             for (int h = 0; h < 2; h++) {
-                const __m512i qh = _mm512_loadu_si512(pw + P6K_QH + (size_t)(h * 8 + l) * 64);
-                const __m512i w0 = _mm512_loadu_si512(pw + (size_t)((h * 2 + 0) * 8 + l) * 64);
-                const __m512i w1 = _mm512_loadu_si512(pw + (size_t)((h * 2 + 1) * 8 + l) * 64);
+                const __m512i qh = _mm512_load_si512(pw + P6K_VEC(h, -1, l));
+                const __m512i w0 = _mm512_load_si512(pw + P6K_VEC(h, 0, l));
+                const __m512i w1 = _mm512_load_si512(pw + P6K_VEC(h, 1, l));
                 __m512i q[4];
                 /* (low or high nibble) | (2 bits of qh) << 4, as m30 ? b : c */
                 q[0] = _mm512_ternarylogic_epi32(m30, _mm512_slli_epi16(qh, 4),
@@ -1929,23 +1926,12 @@ ALWAYS_INLINE void p6k_tile_impl(TILE_PARAMS, const int TT, const bool tiled) {
                 const __m512i off = _mm512_dpwssd_epi32(_mm512_setzero_si512(), sco[l],
                                                         _mm512_set1_epi32((int)bs[l]));
                 sum[t] = _mm512_sub_epi32(sum[t], _mm512_slli_epi32(off, 5));
-                if (tiled)
-                    tot[t] = _mm512_add_epi32(tot[t], sum[t]);
-                else
-                    acc[t][l] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(sum[t]), acc[t][l]);
+                acc[t][l] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(sum[t]), acc[t][l]);
             }
-        }
-        if (tiled) { /* llama.cpp's tiled matmul: fma((float)S * dw, dx, acc) */
-            UNROLL8
-            for (int t = 0; t < TT; t++)
-                acc[t][0] = _mm512_fmadd_ps(
-                    _mm512_mul_ps(_mm512_cvtepi32_ps(tot[t]), dw),
-                    _mm512_set1_ps(((const block_q8_K *)(xq + (size_t)t * ldx))[sb].d), acc[t][0]);
         }
     }
     UNROLL8
-    for (int t = 0; t < TT; t++)
-        store_panel(y + (size_t)t * ldy, r0, rows, tiled ? acc[t][0] : reduce8(acc[t]));
+    for (int t = 0; t < TT; t++) store_panel(y + (size_t)t * ldy, r0, rows, reduce8(acc[t]));
 }
 
 /* One token (generation): the tile's arithmetic per lane, reordered so that
@@ -1969,7 +1955,7 @@ ALWAYS_INLINE void p6k_one(TILE_PARAMS) {
     UNROLL8
     for (int l = 0; l < 8; l++) acc[l] = _mm512_setzero_ps();
     for (int sb = 0; sb < nb; sb++, pw += P6K_BYTES) {
-        /* the block after next: its scales are read first, at its end */
+        /* the block after next */
         for (int i = 0; i < P6K_BYTES; i += 64)
             _mm_prefetch((const char *)pw + 2 * P6K_BYTES + i, _MM_HINT_T0);
         const block_q8_K *xb = (const block_q8_K *)xq + sb;
@@ -1989,9 +1975,9 @@ ALWAYS_INLINE void p6k_one(TILE_PARAMS) {
                 __m512i sum = _mm512_setzero_si512();
                 UNROLL8
                 for (int h = 0; h < 2; h++) {
-                    const __m512i qh = _mm512_loadu_si512(pw + P6K_QH + (size_t)(h * 8 + l) * 64);
-                    const __m512i w0 = _mm512_loadu_si512(pw + (size_t)((h * 2 + 0) * 8 + l) * 64);
-                    const __m512i w1 = _mm512_loadu_si512(pw + (size_t)((h * 2 + 1) * 8 + l) * 64);
+                    const __m512i qh = _mm512_load_si512(pw + P6K_VEC(h, -1, l));
+                    const __m512i w0 = _mm512_load_si512(pw + P6K_VEC(h, 0, l));
+                    const __m512i w1 = _mm512_load_si512(pw + P6K_VEC(h, 1, l));
                     __m512i q[4];
                     q[0] = _mm512_ternarylogic_epi32(m30, _mm512_slli_epi16(qh, 4),
                                                      _mm512_and_si512(w0, m4), 0xCA);
@@ -2027,11 +2013,92 @@ ALWAYS_INLINE void p6k_tile(TILE_PARAMS, const int TT) {
     if (TT == 1)
         p6k_one(pw, nb, xq, ldx, xe, lde, y, ldy, r0, rows);
     else
-        p6k_tile_impl(pw, nb, xq, ldx, xe, lde, y, ldy, r0, rows, TT, false);
+        p6k_tile_impl(pw, nb, xq, ldx, xe, lde, y, ldy, r0, rows, TT);
 }
 
+/* llama.cpp's tiled order (batches): only each super-block's exact integer
+ * sum per token and row counts, so the sum is taken in the order that keeps
+ * the fewest vectors live: the offsets first, then per half h and lane half
+ * the 4 scale vectors its 16 lanes x 4 chunks use, two accumulators per
+ * token. Then acc = fma((float)S * dw, dx, acc), as p6k_tile_impl's tiled. */
 ALWAYS_INLINE void p6k_tile_b(TILE_PARAMS, const int TT) {
-    p6k_tile_impl(pw, nb, xq, ldx, xe, lde, y, ldy, r0, rows, TT, true);
+    (void)ldy;
+    const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
+    const __m512i dup_lo = _mm512_set_epi16(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8,
+                                            8, 7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    const __m512i dup_hi = _mm512_add_epi16(dup_lo, _mm512_set1_epi16(16));
+    const __m512i pair =
+        _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    __m512 acc[4];
+    UNROLL8
+    for (int t = 0; t < TT; t++) acc[t] = _mm512_setzero_ps();
+    for (int sb = 0; sb < nb; sb++, pw += P6K_BYTES) {
+        __m512i tot[4][2];
+        UNROLL8
+        for (int t = 0; t < TT; t++) tot[t][0] = tot[t][1] = _mm512_setzero_si512();
+        /* 32 * (sc[2j] bsums[2j] + sc[2j+1] bsums[2j+1]) over j, subtracted */
+        UNROLL8
+        for (int j = 0; j < 8; j++) {
+            const __m512i so =
+                _mm512_permutexvar_epi16(pair, _mm512_cvtepi8_epi16(_mm256_load_si256(
+                                                   (const __m256i *)(pw + P6K_SC + 2 * j * 16))));
+            UNROLL8
+            for (int t = 0; t < TT; t++) {
+                const uint32_t *bs = (const uint32_t *)(xe + (size_t)t * lde) + 8 * sb;
+                tot[t][1] = _mm512_dpwssd_epi32(tot[t][1], so, _mm512_set1_epi32((int)bs[j]));
+            }
+        }
+        UNROLL8
+        for (int t = 0; t < TT; t++)
+            tot[t][1] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(tot[t][1], 5));
+        UNROLL8
+        for (int h = 0; h < 2; h++) {
+            UNROLL8
+            for (int half = 0; half < 2; half++) {
+                __m512i sp[4]; /* (sc, sc) of the 16 rows for group 2 (4h + k) + half */
+                UNROLL8
+                for (int k = 0; k < 4; k++)
+                    sp[k] = _mm512_permutexvar_epi16(
+                        half ? dup_hi : dup_lo,
+                        _mm512_cvtepi8_epi16(_mm256_load_si256(
+                            (const __m256i *)(pw + P6K_SC + 2 * (4 * h + k) * 16))));
+                for (int l = 4 * half; l < 4 * half + 4; l++) {
+                    const __m512i qh = _mm512_load_si512(pw + P6K_VEC(h, -1, l));
+                    const __m512i w0 = _mm512_load_si512(pw + P6K_VEC(h, 0, l));
+                    const __m512i w1 = _mm512_load_si512(pw + P6K_VEC(h, 1, l));
+                    __m512i q[4];
+                    q[0] = _mm512_ternarylogic_epi32(m30, _mm512_slli_epi16(qh, 4),
+                                                     _mm512_and_si512(w0, m4), 0xCA);
+                    q[1] = _mm512_ternarylogic_epi32(m30, _mm512_slli_epi16(qh, 2),
+                                                     _mm512_and_si512(w1, m4), 0xCA);
+                    q[2] = _mm512_ternarylogic_epi32(
+                        m30, qh, _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4), 0xCA);
+                    q[3] = _mm512_ternarylogic_epi32(m30, _mm512_srli_epi16(qh, 2),
+                                                     _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4),
+                                                     0xCA);
+                    UNROLL8
+                    for (int t = 0; t < TT; t++) {
+                        const int8_t *xs = ((const block_q8_K *)(xq + (size_t)t * ldx))[sb].qs;
+                        UNROLL8
+                        for (int k = 0; k < 4; k++) {
+                            const __m512i pr =
+                                _mm512_maddubs_epi16(q[k], bcast32(xs + 32 * (4 * h + k) + 4 * l));
+                            tot[t][k & 1] = _mm512_dpwssd_epi32(tot[t][k & 1], pr, sp[k]);
+                        }
+                    }
+                }
+            }
+        }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(pw + P6K_D)));
+        UNROLL8
+        for (int t = 0; t < TT; t++)
+            acc[t] = _mm512_fmadd_ps(
+                _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(tot[t][0], tot[t][1])), dw),
+                _mm512_set1_ps(((const block_q8_K *)(xq + (size_t)t * ldx))[sb].d), acc[t]);
+    }
+    UNROLL8
+    for (int t = 0; t < TT; t++) store_panel(y + (size_t)t * ldy, r0, rows, acc[t]);
 }
 
 PANEL_GEMM(p6k_gemm, p6k_tile, 4, QK_K, P6K_BYTES)
