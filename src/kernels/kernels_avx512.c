@@ -1605,97 +1605,82 @@ static const rp_pack_ops pack_q4_0 = {p40_bytes,  p40_pack,       p40_unpack,
 static const rp_pack_ops pack_iq4_nl = {p40_bytes,  p40_pack,         p40_unpack,
                                         p40_xbytes, p40_xprep_iq4_nl, p40_gemm_iq4_nl};
 
-/* ---- Q5_0 and Q5_1 (lanes): per panel and block (384 bytes; the file's 352
- * or 384):
+/* ---- Q5_0, Q5_1 and Q4_1 (lanes): per panel and block, the file's bytes:
  *   u8  qs[4 m][16 rows][4]  bytes 4m.. of each row (low nibbles: lane m,
  *                            elements 4m..; high nibbles: lane m + 4)
- *   u32 qh[16 rows]          the fifth bits, bit e for element e
- *   u16 d[16], u16 m[16]     (Q5_1's minimum; zero for Q5_0)
- * Lane l's values are (nibble | bit << 4): unsigned, 0..31. Q5_0's -16 is
- * removed per lane with the activations' lane sums, so each lane's integer
- * sum is the one vec_dot_q5_0 takes and every float step is its own:
- * acc[l] = fma(dw * dx, lane sum, acc[l]), the 8-lane reduction, and for
- * Q5_1 + fma(m, s, ...) accumulated per block as its scalar summs. */
-#define P50_BYTES 384
-#define P50_QH    256
-#define P50_D     320
-#define P50_M     352
+ *   u32 qh[16 rows]          Q5_x: the fifth bits, bit e for element e
+ *   u16 d[16], u16 m[16]     (m: Q5_1's and Q4_1's minimum)
+ * Q5_0 352 bytes, Q5_1 384, Q4_1 320. Lane l's values are (nibble | bit << 4),
+ * unsigned; Q5_0's -16 is removed per lane with the activations' lane sums,
+ * so each lane's integer sum is the one the type's vec_dot takes and every
+ * float step is its own: acc[l] = fma(dw * dx, lane sum, acc[l]), the 8-lane
+ * reduction, and for Q5_1 / Q4_1 + the fma(m, s, ...) accumulated per block
+ * (vec_dot's scalar summs). */
+enum { P5_Q5_0, P5_Q5_1, P5_Q4_1 };
+#define P5_BYTES(k) ((k) == P5_Q5_0 ? 352 : (k) == P5_Q5_1 ? 384 : 320)
+#define P5_QH       256
+#define P5_D(k)     ((k) == P5_Q4_1 ? 256 : 320)
+#define P5_M(k)     ((k) == P5_Q4_1 ? 288 : 352)
 
-static size_t p50_bytes(int64_t n, int64_t rows) {
-    return (size_t)(n_panels(rows) * (n / 32)) * P50_BYTES;
+/* a block's fields in the file, per kind */
+typedef struct p5_src {
+    const uint8_t *qs, *qh, *d, *m;
+} p5_src;
+
+static p5_src p5_block(const void *row, int64_t b, int kind) {
+    if (kind == P5_Q5_0) {
+        const block_q5_0 *q = (const block_q5_0 *)row + b;
+        return (p5_src){q->qs, q->qh, (const uint8_t *)&q->d, NULL};
+    }
+    if (kind == P5_Q5_1) {
+        const block_q5_1 *q = (const block_q5_1 *)row + b;
+        return (p5_src){q->qs, q->qh, (const uint8_t *)&q->d, (const uint8_t *)&q->m};
+    }
+    const block_q4_1 *q = (const block_q4_1 *)row + b;
+    return (p5_src){q->qs, NULL, (const uint8_t *)&q->d, (const uint8_t *)&q->m};
 }
 
-static void p50_pack_impl(int64_t n, int64_t rows, const void *w, size_t ldw, void *dst,
-                          bool q5_1) {
+static void p5_pack(int64_t n, int64_t rows, const void *w, size_t ldw, void *dst, int kind) {
     const int64_t nb = n / 32;
     for (int64_t p = 0; p < n_panels(rows); p++)
         for (int64_t b = 0; b < nb; b++) {
-            uint8_t *o = (uint8_t *)dst + (size_t)(p * nb + b) * P50_BYTES;
-            memset(o, 0, P50_BYTES);
+            uint8_t *o = (uint8_t *)dst + (size_t)(p * nb + b) * P5_BYTES(kind);
+            memset(o, 0, P5_BYTES(kind));
             for (int r = 0; r < 16; r++) {
                 const int64_t row = p * 16 + r;
                 if (row >= rows) continue;
-                const char *x = (const char *)w + (size_t)row * ldw;
-                if (q5_1) {
-                    const block_q5_1 *q = (const block_q5_1 *)x + b;
-                    for (int m = 0; m < 4; m++)
-                        memcpy(o + (size_t)(m * 16 + r) * 4, q->qs + 4 * m, 4);
-                    memcpy(o + P50_QH + 4 * r, q->qh, 4);
-                    memcpy(o + P50_D + 2 * r, &q->d, 2);
-                    memcpy(o + P50_M + 2 * r, &q->m, 2);
-                } else {
-                    const block_q5_0 *q = (const block_q5_0 *)x + b;
-                    for (int m = 0; m < 4; m++)
-                        memcpy(o + (size_t)(m * 16 + r) * 4, q->qs + 4 * m, 4);
-                    memcpy(o + P50_QH + 4 * r, q->qh, 4);
-                    memcpy(o + P50_D + 2 * r, &q->d, 2);
-                }
+                const p5_src q = p5_block((const char *)w + (size_t)row * ldw, b, kind);
+                for (int m = 0; m < 4; m++) memcpy(o + (size_t)(m * 16 + r) * 4, q.qs + 4 * m, 4);
+                if (q.qh) memcpy(o + P5_QH + 4 * r, q.qh, 4);
+                memcpy(o + P5_D(kind) + 2 * r, q.d, 2);
+                if (q.m) memcpy(o + P5_M(kind) + 2 * r, q.m, 2);
             }
         }
 }
 
-static void p50_pack_q5_0(int64_t n, int64_t rows, const void *w, size_t ldw, void *dst) {
-    p50_pack_impl(n, rows, w, ldw, dst, false);
-}
-static void p50_pack_q5_1(int64_t n, int64_t rows, const void *w, size_t ldw, void *dst) {
-    p50_pack_impl(n, rows, w, ldw, dst, true);
-}
-
-static void p50_unpack_q5_0(int64_t n, const void *packed, int64_t r, int64_t b0, int64_t b1,
-                            void *row) {
-    block_q5_0 *x = row;
+static void p5_unpack(int64_t n, const void *packed, int64_t r, int64_t b0, int64_t b1, void *row,
+                      int kind) {
     const int rr = (int)(r % 16);
-    for (int64_t b = b0; b < b1; b++, x++) {
-        const uint8_t *o = panel_block(packed, n / 32, r, b, P50_BYTES);
-        for (int m = 0; m < 4; m++) gather4(x->qs + 4 * m, o, m, rr);
-        memcpy(x->qh, o + P50_QH + 4 * rr, 4);
-        memcpy(&x->d, o + P50_D + 2 * rr, 2);
-    }
-}
-
-static void p50_unpack_q5_1(int64_t n, const void *packed, int64_t r, int64_t b0, int64_t b1,
-                            void *row) {
-    block_q5_1 *x = row;
-    const int rr = (int)(r % 16);
-    for (int64_t b = b0; b < b1; b++, x++) {
-        const uint8_t *o = panel_block(packed, n / 32, r, b, P50_BYTES);
-        for (int m = 0; m < 4; m++) gather4(x->qs + 4 * m, o, m, rr);
-        memcpy(x->qh, o + P50_QH + 4 * rr, 4);
-        memcpy(&x->d, o + P50_D + 2 * rr, 2);
-        memcpy(&x->m, o + P50_M + 2 * rr, 2);
+    for (int64_t b = b0; b < b1; b++) {
+        const uint8_t *o = panel_block(packed, n / 32, r, b, P5_BYTES(kind));
+        const p5_src q = p5_block(row, b - b0, kind); /* the same fields, written */
+        for (int m = 0; m < 4; m++) gather4((uint8_t *)q.qs + 4 * m, o, m, rr);
+        if (q.qh) memcpy((uint8_t *)q.qh, o + P5_QH + 4 * rr, 4);
+        memcpy((uint8_t *)q.d, o + P5_D(kind) + 2 * rr, 2);
+        if (q.m) memcpy((uint8_t *)q.m, o + P5_M(kind) + 2 * rr, 2);
     }
 }
 
 /* extras per block: Q5_0: -16 * (sum of each lane's 4 activations), then
- * the scale (36 bytes); Q5_1: the scale and the activations' s (8 bytes) */
-static size_t p50_xbytes_q5_0(int n) {
+ * the scale (36 bytes); Q5_1 and Q4_1: the scale and the activations' s */
+static size_t p5_xbytes_q5_0(int n) {
     return (size_t)(n / 32) * 36;
 }
-static size_t p50_xbytes_q5_1(int n) {
+static size_t p5_xbytes_min(int n) {
     return (size_t)(n / 32) * 8;
 }
 
-static void p50_xprep_q5_0(int n, const void *xq, void *xe) {
+static void p5_xprep_q5_0(int n, const void *xq, void *xe) {
     const block_q8_0 *x = xq;
     int32_t *corr = xe;
     float *dx = (float *)(corr + (size_t)(n / 32) * 8);
@@ -1708,7 +1693,7 @@ static void p50_xprep_q5_0(int n, const void *xq, void *xe) {
     }
 }
 
-static void p50_xprep_q5_1(int n, const void *xq, void *xe) {
+static void p5_xprep_min(int n, const void *xq, void *xe) {
     const block_q8_1 *x = xq;
     float *o = xe;
     for (int b = 0; b < n / 32; b++) {
@@ -1717,7 +1702,8 @@ static void p50_xprep_q5_1(int n, const void *xq, void *xe) {
     }
 }
 
-ALWAYS_INLINE void p50_tile(TILE_PARAMS, const int TT, const bool q5_1) {
+ALWAYS_INLINE void p5_tile(TILE_PARAMS, const int TT, const int kind) {
+    const bool q5 = kind != P5_Q4_1, mins = kind != P5_Q5_0;
     const __m512i m4 = _mm512_set1_epi8(0xF), b4 = _mm512_set1_epi8(0x10);
     /* byte j of a row's lane: the 8 bits from bit j - 4 (mod 64) of its qword,
      * rows in the upper half from bit 32 + j - 4: bit 4 is the element's bit */
@@ -1729,41 +1715,42 @@ ALWAYS_INLINE void p50_tile(TILE_PARAMS, const int TT, const bool q5_1) {
         UNROLL8
         for (int l = 0; l < 8; l++) acc[t][l] = _mm512_setzero_ps();
     }
-    for (int b = 0; b < nb; b++, pw += P50_BYTES) {
-        const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(pw + P50_D)));
+    for (int b = 0; b < nb; b++, pw += P5_BYTES(kind)) {
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pw + P5_D(kind))));
         __m512 d[3];
         UNROLL8
         for (int t = 0; t < TT; t++) {
-            const float dx = q5_1 ? ((const float *)(xe + (size_t)t * lde))[2 * b]
-                                  : ((const float *)(xe + (size_t)t * lde) + (size_t)nb * 8)[b];
-            d[t] = _mm512_mul_ps(dw, _mm512_set1_ps(dx));
+            const float *e = (const float *)(xe + (size_t)t * lde);
+            d[t] = _mm512_mul_ps(dw, _mm512_set1_ps(mins ? e[2 * b] : e[(size_t)nb * 8 + b]));
         }
-        if (q5_1) {
-            const __m512 mw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(pw + P50_M)));
+        if (mins) {
+            const __m512 mw =
+                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pw + P5_M(kind))));
             UNROLL8
             for (int t = 0; t < TT; t++)
                 summ[t] = _mm512_fmadd_ps(
                     mw, _mm512_set1_ps(((const float *)(xe + (size_t)t * lde))[2 * b + 1]),
                     summ[t]);
         }
-        const __m512i qh = _mm512_load_si512(pw + P50_QH);
+        const __m512i qh = q5 ? _mm512_loadu_si512(pw + P5_QH) : _mm512_setzero_si512();
         UNROLL8
         for (int m = 0; m < 4; m++) {
-            const __m512i raw = _mm512_load_si512(pw + 64 * m);
+            const __m512i raw = _mm512_loadu_si512(pw + 64 * m);
             UNROLL8
             for (int hi = 0; hi < 2; hi++) {
                 const int l = m + 4 * hi;
-                const __m512i nib = hi ? _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4)
-                                       : _mm512_and_si512(raw, m4);
-                const __m512i hb = _mm512_and_si512(
-                    _mm512_multishift_epi64_epi8(sel, _mm512_srli_epi64(qh, 4 * l)), b4);
-                const __m512i u = _mm512_or_si512(nib, hb);
+                __m512i u = hi ? _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4)
+                               : _mm512_and_si512(raw, m4);
+                if (q5)
+                    u = _mm512_ternarylogic_epi32(
+                        u, _mm512_multishift_epi64_epi8(sel, _mm512_srli_epi64(qh, 4 * l)), b4,
+                        0xF8); /* u | (bits & b4) */
                 UNROLL8
                 for (int t = 0; t < TT; t++) {
-                    const int8_t *xs = q5_1 ? ((const block_q8_1 *)(xq + (size_t)t * ldx))[b].qs
+                    const int8_t *xs = mins ? ((const block_q8_1 *)(xq + (size_t)t * ldx))[b].qs
                                             : ((const block_q8_0 *)(xq + (size_t)t * ldx))[b].qs;
                     const __m512i c =
-                        q5_1 ? _mm512_setzero_si512()
+                        mins ? _mm512_setzero_si512()
                              : _mm512_set1_epi32(
                                    ((const int32_t *)(xe + (size_t)t * lde))[8 * b + l]);
                     const __m512i sum = _mm512_dpbusd_epi32(c, u, bcast32(xs + 4 * l));
@@ -1775,19 +1762,31 @@ ALWAYS_INLINE void p50_tile(TILE_PARAMS, const int TT, const bool q5_1) {
     UNROLL8
     for (int t = 0; t < TT; t++) {
         const __m512 v = reduce8(acc[t]);
-        store_panel(y + (size_t)t * ldy, r0, rows, q5_1 ? _mm512_add_ps(v, summ[t]) : v);
+        store_panel(y + (size_t)t * ldy, r0, rows, mins ? _mm512_add_ps(v, summ[t]) : v);
     }
 }
 
-#define P50_TILE_Q5_0(args, tt) p50_tile(args, tt, false)
-#define P50_TILE_Q5_1(args, tt) p50_tile(args, tt, true)
-PANEL_GEMM(p50_gemm_q5_0, P50_TILE_Q5_0, 3, 32, P50_BYTES)
-PANEL_GEMM(p50_gemm_q5_1, P50_TILE_Q5_1, 3, 32, P50_BYTES)
+#define P5_OPS(name, kind, xbytes, xprep)                                                          \
+    static size_t name##_bytes(int64_t n, int64_t rows) {                                          \
+        return (size_t)(n_panels(rows) * (n / 32)) * P5_BYTES(kind);                               \
+    }                                                                                              \
+    static void name##_pack(int64_t n, int64_t rows, const void *w, size_t ldw, void *dst) {       \
+        p5_pack(n, rows, w, ldw, dst, kind);                                                       \
+    }                                                                                              \
+    static void name##_unpack(int64_t n, const void *packed, int64_t r, int64_t b0, int64_t b1,    \
+                              void *row) {                                                         \
+        p5_unpack(n, packed, r, b0, b1, row, kind);                                                \
+    }                                                                                              \
+    ALWAYS_INLINE void name##_tile(TILE_PARAMS, const int TT) {                                    \
+        p5_tile(pw, nb, xq, ldx, xe, lde, y, ldy, r0, rows, TT, kind);                             \
+    }                                                                                              \
+    PANEL_GEMM(name##_gemm, name##_tile, 3, 32, P5_BYTES(kind))                                    \
+    static const rp_pack_ops name = {name##_bytes, name##_pack, name##_unpack,                     \
+                                     xbytes,       xprep,       name##_gemm};
 
-static const rp_pack_ops pack_q5_0 = {p50_bytes,       p50_pack_q5_0,  p50_unpack_q5_0,
-                                      p50_xbytes_q5_0, p50_xprep_q5_0, p50_gemm_q5_0};
-static const rp_pack_ops pack_q5_1 = {p50_bytes,       p50_pack_q5_1,  p50_unpack_q5_1,
-                                      p50_xbytes_q5_1, p50_xprep_q5_1, p50_gemm_q5_1};
+P5_OPS(pack_q5_0, P5_Q5_0, p5_xbytes_q5_0, p5_xprep_q5_0)
+P5_OPS(pack_q5_1, P5_Q5_1, p5_xbytes_min, p5_xprep_min)
+P5_OPS(pack_q4_1, P5_Q4_1, p5_xbytes_min, p5_xprep_min)
 
 /* ---- Q4_K (rows): per panel and super-block (2496 bytes)
  *   u8  qs[4 c][8 l][16 rows][4]  bytes 32c+4l.. of each row's qs (low
@@ -2556,5 +2555,6 @@ void rp_kernels_fill_avx512(rp_kernels *k) {
     k->pack[RP_TYPE_Q4_0] = &pack_q4_0;
     k->pack[RP_TYPE_Q5_0] = &pack_q5_0;
     k->pack[RP_TYPE_Q5_1] = &pack_q5_1;
+    k->pack[RP_TYPE_Q4_1] = &pack_q4_1;
     k->pack[RP_TYPE_IQ4_NL] = &pack_iq4_nl;
 }
