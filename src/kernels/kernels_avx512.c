@@ -1123,19 +1123,25 @@ static void ks_iq4_xs_run(int n, int nr, const void *w, size_t ldw, const void *
                 const ks_sb *a = &R[0][sb], *b = &R[1][sb];
                 __m512i s0 = _mm512_set1_epi32(a->corr[0]), s1 = _mm512_set1_epi32(b->corr[0]);
                 for (int c = 0; c < 8; c++) {
-                    __m512i t0 = _mm512_setzero_si512(), t1 = t0;
+                    /* two chains per row: vpdpbusd's latency, not its rate, bound one */
+                    __m512i t0[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()}, t1[2];
+                    t1[0] = t1[1] = t0[0];
                     UNROLL8
                     for (int l = 0; l < 8; l++) {
                         const __m512i x = _mm512_load_si512(xu + 8 * c + l);
-                        t0 = _mm512_dpbusd_epi32(t0, x, bcast32(a->v + 32 * c + 4 * l));
-                        t1 = _mm512_dpbusd_epi32(t1, x, bcast32(b->v + 32 * c + 4 * l));
+                        t0[l & 1] =
+                            _mm512_dpbusd_epi32(t0[l & 1], x, bcast32(a->v + 32 * c + 4 * l));
+                        t1[l & 1] =
+                            _mm512_dpbusd_epi32(t1[l & 1], x, bcast32(b->v + 32 * c + 4 * l));
                     }
                     s0 = _mm512_add_epi32(
-                        s0, _mm512_mullo_epi32(
-                                t0, _mm512_set1_epi32((int16_t)(a->sc[2 * c] & 0xFFFF))));
+                        s0,
+                        _mm512_mullo_epi32(_mm512_add_epi32(t0[0], t0[1]),
+                                           _mm512_set1_epi32((int16_t)(a->sc[2 * c] & 0xFFFF))));
                     s1 = _mm512_add_epi32(
-                        s1, _mm512_mullo_epi32(
-                                t1, _mm512_set1_epi32((int16_t)(b->sc[2 * c] & 0xFFFF))));
+                        s1,
+                        _mm512_mullo_epi32(_mm512_add_epi32(t1[0], t1[1]),
+                                           _mm512_set1_epi32((int16_t)(b->sc[2 * c] & 0xFFFF))));
                 }
                 const __m512 dx = _mm512_load_ps((const float *)(xs + KS_DX));
                 f0 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s0), _mm512_set1_ps(a->dw)),
