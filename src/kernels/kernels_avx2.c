@@ -1301,6 +1301,97 @@ static void gemm_run_q6_K(int n, int nr, const void *w, size_t ldw, const void *
 
 static const rp_gemm_ops gemm_q6_K = {gk_group_bytes, gk_pack, q6k_scratch, gemm_run_q6_K};
 
+/* ---- one token against many rows (gemv) -------------------------------------
+ * Rows taken 8 at a time, row r's float accumulator in lane r of one vector:
+ * each output is the float the type's vec_dot returns (the same fused
+ * multiply-adds in the same order), the integer block sums of the 8 rows
+ * reduced together (exact). Eight rows stream at once, so the serial chain of
+ * one row's fma no longer bounds the speed. A missing row of the last eight
+ * repeats the one before it and is not stored. */
+
+#define GV_ROWS 8
+
+/* the 8 rows' pointers: row r0 + r, the last one repeated past nr */
+static inline void gv_rows(const void *w, size_t ldw, int r0, int nr, const uint8_t **rp) {
+    for (int r = 0; r < GV_ROWS; r++)
+        rp[r] = (const uint8_t *)w + (size_t)RP_MIN(r0 + r, nr - 1) * ldw;
+}
+
+/* the fp16 at byte off of each of the 8 rows, as floats (gathered in
+ * general-purpose registers: they have the spare ports) */
+static inline __m256 gv_f16x8(const uint8_t *const *rp, size_t off) {
+    uint64_t q[2];
+    UNROLL
+    for (int k = 0; k < 2; k++) {
+        uint16_t h0, h1, h2, h3;
+        memcpy(&h0, rp[4 * k] + off, 2);
+        memcpy(&h1, rp[4 * k + 1] + off, 2);
+        memcpy(&h2, rp[4 * k + 2] + off, 2);
+        memcpy(&h3, rp[4 * k + 3] + off, 2);
+        q[k] = (uint64_t)h0 | (uint64_t)h1 << 16 | (uint64_t)h2 << 32 | (uint64_t)h3 << 48;
+    }
+    return _mm256_cvtph_ps(_mm_set_epi64x((long long)q[1], (long long)q[0]));
+}
+
+static inline void gv_store(float *y, int rows, __m256 v) {
+    if (rows == GV_ROWS) {
+        _mm256_storeu_ps(y, v);
+        return;
+    }
+    float t[GV_ROWS];
+    _mm256_storeu_ps(t, v);
+    for (int r = 0; r < rows; r++) y[r] = t[r];
+}
+
+/* Q4_0 (vec_dot_q4_0_avx2's chain per row: acc = fma(sum, dw * dx, acc) in
+ * block order). sum = nibbles . x - 8 * (sum of x); two rows share a vector,
+ * row k's 16 bytes in the low lane and row k + 4's in the high lane, so the
+ * low nibbles of both meet x[0..15] and the high nibbles x[16..31]. */
+static void gemv_q4_0_avx2(int n, int nr, const void *w, size_t ldw, const void *x, float *y) {
+    const block_q8_0 *b = x;
+    const int nb = n / QK8_0;
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1),
+                  m4 = _mm256_set1_epi8(0x0F);
+    const size_t qo = offsetof(block_q4_0, qs), dof = offsetof(block_q4_0, d);
+    for (int r0 = 0; r0 < nr; r0 += GV_ROWS) {
+        const uint8_t *rp[GV_ROWS];
+        gv_rows(w, ldw, r0, nr, rp);
+        __m256 acc = _mm256_setzero_ps();
+        for (int i = 0; i < nb; i++) {
+            const __m256i xv = _mm256_loadu_si256((const __m256i *)b[i].qs);
+            const __m256i xlo = _mm256_broadcastsi128_si256(
+                              _mm_loadu_si128((const __m128i *)b[i].qs)),
+                          xhi = _mm256_broadcastsi128_si256(
+                              _mm_loadu_si128((const __m128i *)(b[i].qs + 16)));
+            const size_t off = (size_t)i * sizeof(block_q4_0);
+            __m256i p[4];
+            UNROLL
+            for (int k = 0; k < 4; k++) {
+                const __m256i v = _mm256_loadu2_m128i((const __m128i *)(rp[k + 4] + off + qo),
+                                                      (const __m128i *)(rp[k] + off + qo));
+                const __m256i lo = _mm256_maddubs_epi16(_mm256_and_si256(v, m4), xlo);
+                const __m256i hi =
+                    _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), xhi);
+                /* |pair sums| <= 2 * 15 * 128: two of them fit an int16 */
+                p[k] = _mm256_madd_epi16(_mm256_add_epi16(lo, hi), ones16);
+            }
+            /* row k's 4 partial sums in the low lane, row k + 4's in the high
+             * lane -> row r's sum in lane r */
+            const __m256i s8 =
+                _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+            /* 8 * (sum of x) in every lane */
+            __m256i sx = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, xv), ones16);
+            sx = _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0x4E));
+            sx = _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0xB1));
+            sx = _mm256_add_epi32(sx, _mm256_permute2x128_si256(sx, sx, 0x01));
+            const __m256i s = _mm256_sub_epi32(s8, _mm256_slli_epi32(sx, 3));
+            const __m256 d = _mm256_mul_ps(gv_f16x8(rp, off + dof), _mm256_set1_ps(f16(b[i].d)));
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, acc);
+        }
+        gv_store(y + r0, RP_MIN(GV_ROWS, nr - r0), acc);
+    }
+}
+
 /* ---- silu ------------------------------------------------------------------ */
 
 /* rp_expf_ggml512 on 8 lanes: the same fused steps; ldexpf(j, n) as two exact
@@ -1432,6 +1523,7 @@ void rp_kernels_fill_avx2(rp_kernels *k) {
     k->vec_dot[RP_TYPE_Q6_K] = vec_dot_q6_K_avx2;
     k->vec_dot[RP_TYPE_IQ4_NL] = vec_dot_iq4_nl_avx2;
     k->vec_dot[RP_TYPE_IQ4_XS] = vec_dot_iq4_xs_avx2;
+    k->gemv[RP_TYPE_Q4_0] = gemv_q4_0_avx2;
     k->gemm[RP_TYPE_Q8_0] = &gemm_q8_0;
     k->gemm[RP_TYPE_Q5_0] = &gemm_q5_0;
     k->gemm[RP_TYPE_Q4_0] = &gemm_q4_0i;
