@@ -11,6 +11,11 @@
 #include <math.h>
 #include <string.h>
 
+/* the drivers below take the values function as a constant: inlined */
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+/* the tiles' small loops over tokens, rows and chunks: registers, not arrays */
+#define UNROLL _Pragma("GCC unroll 8")
+
 static inline float f16(uint16_t h) {
     return _cvtsh_ss(h);
 }
@@ -439,43 +444,43 @@ static void vec_dot_q6_K_avx2(int n, float *s, const void *w, const void *x) {
     const block_q6_K *a = w;
     const block_q8_K *b = x;
     __m256 acc = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
+    const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
     const __m256i k6_scale_shuf[4] = {K6S(0, 2), K6S(4, 6), K6S(8, 10), K6S(12, 14)};
     for (int i = 0; i < n / QK_K; i++) {
         const float d = b[i].d * f16(a[i].d);
         /* the 16 scales as int16; half h's 8 in both 128-bit lanes */
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a[i].scales));
-        const __m256i sch[2] = {_mm256_permute2x128_si256(sc16, sc16, 0x00),
-                                _mm256_permute2x128_si256(sc16, sc16, 0x11)};
-        __m256i sumi = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            __m256i l0 = _mm256_loadu_si256((const __m256i *)(a[i].ql + 64 * h));
-            __m256i l1 = _mm256_loadu_si256((const __m256i *)(a[i].ql + 64 * h + 32));
-            __m256i hb = _mm256_loadu_si256((const __m256i *)(a[i].qh + 32 * h));
-            __m256i q[4];
-            q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(hb, m3), 4));
-            q[1] = _mm256_or_si256(
-                _mm256_and_si256(l1, m4),
-                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m3), 4));
-            q[2] = _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m3), 4));
-            q[3] = _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m3), 4));
-            for (int k = 0; k < 4; k++) {
-                __m256i xv = _mm256_loadu_si256((const __m256i *)(b[i].qs + 128 * h + 32 * k));
-                __m256i p16 = _mm256_maddubs_epi16(q[k], xv);
-                /* scale 8h + 2k in the low lane, 8h + 2k + 1 in the high lane */
-                const __m256i scv = _mm256_shuffle_epi8(sch[h], k6_scale_shuf[k]);
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, scv));
-            }
-        }
         /* the offset 32 per lane from the 16-group sums (see the ref) */
         const __m256i off =
-            _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)b[i].bsums),
-                              _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a[i].scales)));
+            _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)b[i].bsums), sc16);
+        __m256i sumi = _mm256_setzero_si256();
+        UNROLL
+        for (int h = 0; h < 2; h++) {
+            const __m256i sch = _mm256_permute2x128_si256(sc16, sc16, h ? 0x11 : 0x00);
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(a[i].ql + 64 * h));
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(a[i].ql + 64 * h + 32));
+            const __m256i hb = _mm256_loadu_si256((const __m256i *)(a[i].qh + 32 * h));
+            /* value k: its 4 low bits, bits 2k, 2k+1 of hb at bits 4, 5 (the
+             * 16-bit shifts carry bits across bytes only where masked off) */
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                   _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+            q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                   _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                   _mm256_and_si256(hb, m30));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                   _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+            UNROLL
+            for (int k = 0; k < 4; k++) {
+                const __m256i xv =
+                    _mm256_loadu_si256((const __m256i *)(b[i].qs + 128 * h + 32 * k));
+                /* scale 8h + 2k in the low lane, 8h + 2k + 1 in the high lane */
+                const __m256i scv = _mm256_shuffle_epi8(sch, k6_scale_shuf[k]);
+                sumi =
+                    _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], xv), scv));
+            }
+        }
         sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(off, 5));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
@@ -569,10 +574,6 @@ static void act_q8_1_avx2(const float *x, void *y, int64_t n) {
  * A missing row or token of a tile repeats the last one; it is not stored. */
 
 #define TQ 4 /* tokens of a tile */
-/* the drivers below take the values function as a constant: inlined */
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
-/* the tiles' small loops over tokens, rows and chunks: registers, not arrays */
-#define UNROLL _Pragma("GCC unroll 8")
 
 /* lane k = the sum of the 8 lanes of s[k] (integer: any order is exact) */
 static inline __m256i reduce8_i32(const __m256i *s) {
