@@ -681,16 +681,20 @@ static void w32_lanes_tile(int nb, const uint8_t *s, const uint8_t *xg, int tq, 
                       q0 = _mm256_loadu_si256((const __m256i *)(o + 32)),
                       a1 = _mm256_loadu_si256((const __m256i *)(o + 64)),
                       q1 = _mm256_loadu_si256((const __m256i *)(o + 96));
-        const __m256 d0 = _mm256_broadcast_ss((const float *)(o + 128)),
-                     d1 = _mm256_broadcast_ss((const float *)(o + 144));
+        /* the 8 scale products dw_r * dx_t (lane r * 4 + t) in one multiply,
+         * each then broadcast from memory: the multiply ports are the tile's
+         * bottleneck, loads are not */
+        _Alignas(32) float dd[2 * TQ];
+        _mm256_store_ps(
+            dd, _mm256_mul_ps(_mm256_loadu_ps((const float *)(o + 128)),
+                              _mm256_broadcast_ps((
+                                  const __m128 *)((const float *)(xb + 32 * RP_GEMM_GROUP) + tq))));
         UNROLL
         for (int t = 0; t < TQ; t++) {
             const __m256i x = _mm256_loadu_si256((const __m256i *)(xb + 32 * (tq + t)));
-            const __m256 dx =
-                _mm256_broadcast_ss((const float *)(xb + 32 * RP_GEMM_GROUP) + tq + t);
-            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d0, dx), _mm256_cvtepi32_ps(dot_abs(a0, q0, x)),
-                                     acc[t]);
-            acc[TQ + t] = _mm256_fmadd_ps(_mm256_mul_ps(d1, dx),
+            acc[t] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[t]),
+                                     _mm256_cvtepi32_ps(dot_abs(a0, q0, x)), acc[t]);
+            acc[TQ + t] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[TQ + t]),
                                           _mm256_cvtepi32_ps(dot_abs(a1, q1, x)), acc[TQ + t]);
         }
     }
