@@ -1397,6 +1397,69 @@ static void gemv_q4_0_avx2(int n, int nr, const void *w, size_t ldw, const void 
     }
 }
 
+/* Q4_K (vec_dot_q4_K_avx2's two chains per row: acc = fma(sum, d * dx, acc),
+ * accm = fma(min sum, dmin * dx, accm), then acc - accm). A row's 8 scales
+ * and mins become 16-bit lanes once per block; each group's scale reaches
+ * its products by a byte shuffle; the 8 rows' sums and min sums are reduced
+ * together. */
+static void gemv_q4_K_avx2(int n, int nr, const void *w, size_t ldw, const void *x, float *y) {
+    const block_q8_K *b = x;
+    const int nb = n / QK_K;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    /* word j of a 128-bit lane in all 8 words */
+    const __m256i bc[8] = {_mm256_set1_epi16(0x0100), _mm256_set1_epi16(0x0302),
+                           _mm256_set1_epi16(0x0504), _mm256_set1_epi16(0x0706),
+                           _mm256_set1_epi16(0x0908), _mm256_set1_epi16(0x0B0A),
+                           _mm256_set1_epi16(0x0D0C), _mm256_set1_epi16(0x0F0E)};
+    const size_t bs = sizeof(block_q4_K);
+    for (int r0 = 0; r0 < nr; r0 += GV_ROWS) {
+        const uint8_t *rp[GV_ROWS];
+        gv_rows(w, ldw, r0, nr, rp);
+        __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+        for (int i = 0; i < nb; i++) {
+            const __m256i bsums = _mm256_loadu_si256((const __m256i *)b[i].bsums);
+            const size_t off = (size_t)i * bs;
+            __m256i S[GV_ROWS], M[GV_ROWS];
+            UNROLL
+            for (int r = 0; r < GV_ROWS; r++) {
+                const block_q4_K *a = (const block_q4_K *)(rp[r] + off);
+                uint32_t u[3];
+                memcpy(u, a->scales, 12);
+                const uint32_t m6 = 0x3f3f3f3fu, q4 = 0x0f0f0f0fu, m2 = 0x03030303u;
+                const uint32_t s0 = u[0] & m6, s1 = (u[2] & q4) | (((u[0] >> 6) & m2) << 4);
+                const uint32_t n0 = u[1] & m6, n1 = ((u[2] >> 4) & q4) | (((u[1] >> 6) & m2) << 4);
+                /* bytes 0-7 the scales, 8-15 the mins */
+                const __m128i smn = _mm_set_epi64x((long long)((uint64_t)n1 << 32 | n0),
+                                                   (long long)((uint64_t)s1 << 32 | s0));
+                const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(smn));
+                /* min j twice, against bsums 2j and 2j + 1 */
+                M[r] = _mm256_madd_epi16(bsums, _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(smn, smn)));
+                __m256i s = _mm256_setzero_si256();
+                UNROLL
+                for (int c = 0; c < 4; c++) {
+                    const __m256i bits = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * c));
+                    const __m256i x0 = _mm256_loadu_si256((const __m256i *)(b[i].qs + 64 * c));
+                    const __m256i x1 = _mm256_loadu_si256((const __m256i *)(b[i].qs + 64 * c + 32));
+                    const __m256i lo = _mm256_maddubs_epi16(_mm256_and_si256(bits, m4), x0);
+                    const __m256i hi =
+                        _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), x1);
+                    s = _mm256_add_epi32(
+                        s, _mm256_add_epi32(
+                               _mm256_madd_epi16(lo, _mm256_shuffle_epi8(sc, bc[2 * c])),
+                               _mm256_madd_epi16(hi, _mm256_shuffle_epi8(sc, bc[2 * c + 1]))));
+                }
+                S[r] = s;
+            }
+            const __m256 dx = _mm256_set1_ps(b[i].d);
+            const __m256 d = _mm256_mul_ps(gv_f16x8(rp, off + offsetof(block_q4_K, d)), dx);
+            const __m256 dm = _mm256_mul_ps(gv_f16x8(rp, off + offsetof(block_q4_K, dmin)), dx);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8_i32(S)), d, acc);
+            accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8_i32(M)), dm, accm);
+        }
+        gv_store(y + r0, RP_MIN(GV_ROWS, nr - r0), _mm256_sub_ps(acc, accm));
+    }
+}
+
 /* ---- silu ------------------------------------------------------------------ */
 
 /* rp_expf_ggml512 on 8 lanes: the same fused steps; ldexpf(j, n) as two exact
@@ -1529,6 +1592,7 @@ void rp_kernels_fill_avx2(rp_kernels *k) {
     k->vec_dot[RP_TYPE_IQ4_NL] = vec_dot_iq4_nl_avx2;
     k->vec_dot[RP_TYPE_IQ4_XS] = vec_dot_iq4_xs_avx2;
     k->gemv[RP_TYPE_Q4_0] = gemv_q4_0_avx2;
+    k->gemv[RP_TYPE_Q4_K] = gemv_q4_K_avx2;
     k->gemm[RP_TYPE_Q8_0] = &gemm_q8_0;
     k->gemm[RP_TYPE_Q5_0] = &gemm_q5_0;
     k->gemm[RP_TYPE_Q4_0] = &gemm_q4_0i;
