@@ -1348,17 +1348,56 @@ static inline void gv_store(float *y, int rows, __m256 v) {
     for (int r = 0; r < rows; r++) y[r] = t[r];
 }
 
+/* the fp16 at byte off of 4 rows, as floats */
+static inline __m128 gv_f16x4(const uint8_t *const *rp, size_t off) {
+    uint16_t h0, h1, h2, h3;
+    memcpy(&h0, rp[0] + off, 2);
+    memcpy(&h1, rp[1] + off, 2);
+    memcpy(&h2, rp[2] + off, 2);
+    memcpy(&h3, rp[3] + off, 2);
+    const uint64_t q = (uint64_t)h0 | (uint64_t)h1 << 16 | (uint64_t)h2 << 32 | (uint64_t)h3 << 48;
+    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)q));
+}
+
+static inline void gv_store4(float *y, int rows, __m128 v) {
+    float t[4];
+    _mm_storeu_ps(t, v);
+    for (int r = 0; r < rows; r++) y[r] = t[r];
+}
+
+/* 8 * (the sum of the 32 int8 of x) in every lane */
+static inline __m256i q8_sum8(__m256i xv) {
+    __m256i sx =
+        _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), xv), _mm256_set1_epi16(1));
+    sx = _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0x4E));
+    sx = _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0xB1));
+    sx = _mm256_add_epi32(sx, _mm256_permute2x128_si256(sx, sx, 0x01));
+    return _mm256_slli_epi32(sx, 3);
+}
+
+/* Q4_0, row k's nibbles . x in the low lane and row k + h's in the high lane
+ * of one vector (8 lanes of partial sums) */
+static inline __m256i q40_pair(const uint8_t *lo_row, const uint8_t *hi_row, __m256i xlo,
+                               __m256i xhi) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i v = _mm256_loadu2_m128i((const __m128i *)hi_row, (const __m128i *)lo_row);
+    const __m256i lo = _mm256_maddubs_epi16(_mm256_and_si256(v, m4), xlo);
+    const __m256i hi = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), xhi);
+    /* |pair sums| <= 2 * 15 * 128: two of them fit an int16 */
+    return _mm256_madd_epi16(_mm256_add_epi16(lo, hi), _mm256_set1_epi16(1));
+}
+
 /* Q4_0 (vec_dot_q4_0_avx2's chain per row: acc = fma(sum, dw * dx, acc) in
  * block order). sum = nibbles . x - 8 * (sum of x); two rows share a vector,
  * row k's 16 bytes in the low lane and row k + 4's in the high lane, so the
- * low nibbles of both meet x[0..15] and the high nibbles x[16..31]. */
+ * low nibbles of both meet x[0..15] and the high nibbles x[16..31]. The last
+ * 1 to 4 rows go 4 at a time (rows k and k + 2 paired). */
 static void gemv_q4_0_avx2(int n, int nr, const void *w, size_t ldw, const void *x, float *y) {
     const block_q8_0 *b = x;
     const int nb = n / QK8_0;
-    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1),
-                  m4 = _mm256_set1_epi8(0x0F);
     const size_t qo = offsetof(block_q4_0, qs), dof = offsetof(block_q4_0, d);
-    for (int r0 = 0; r0 < nr; r0 += GV_ROWS) {
+    int r0 = 0;
+    for (; nr - r0 > 4; r0 += GV_ROWS) {
         const uint8_t *rp[GV_ROWS];
         gv_rows(w, ldw, r0, nr, rp);
         __m256 acc = _mm256_setzero_ps();
@@ -1371,29 +1410,40 @@ static void gemv_q4_0_avx2(int n, int nr, const void *w, size_t ldw, const void 
             const size_t off = (size_t)i * sizeof(block_q4_0);
             __m256i p[4];
             UNROLL
-            for (int k = 0; k < 4; k++) {
-                const __m256i v = _mm256_loadu2_m128i((const __m128i *)(rp[k + 4] + off + qo),
-                                                      (const __m128i *)(rp[k] + off + qo));
-                const __m256i lo = _mm256_maddubs_epi16(_mm256_and_si256(v, m4), xlo);
-                const __m256i hi =
-                    _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), xhi);
-                /* |pair sums| <= 2 * 15 * 128: two of them fit an int16 */
-                p[k] = _mm256_madd_epi16(_mm256_add_epi16(lo, hi), ones16);
-            }
+            for (int k = 0; k < 4; k++)
+                p[k] = q40_pair(rp[k] + off + qo, rp[k + 4] + off + qo, xlo, xhi);
             /* row k's 4 partial sums in the low lane, row k + 4's in the high
              * lane -> row r's sum in lane r */
             const __m256i s8 =
                 _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
-            /* 8 * (sum of x) in every lane */
-            __m256i sx = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, xv), ones16);
-            sx = _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0x4E));
-            sx = _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0xB1));
-            sx = _mm256_add_epi32(sx, _mm256_permute2x128_si256(sx, sx, 0x01));
-            const __m256i s = _mm256_sub_epi32(s8, _mm256_slli_epi32(sx, 3));
+            const __m256i s = _mm256_sub_epi32(s8, q8_sum8(xv));
             const __m256 d = _mm256_mul_ps(gv_f16x8(rp, off + dof), _mm256_set1_ps(f16(b[i].d)));
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, acc);
         }
         gv_store(y + r0, RP_MIN(GV_ROWS, nr - r0), acc);
+    }
+    if (r0 < nr) {
+        const uint8_t *rp[GV_ROWS];
+        gv_rows(w, ldw, r0, nr, rp);
+        __m128 acc = _mm_setzero_ps();
+        for (int i = 0; i < nb; i++) {
+            const __m256i xv = _mm256_loadu_si256((const __m256i *)b[i].qs);
+            const __m256i xlo = _mm256_broadcastsi128_si256(
+                              _mm_loadu_si128((const __m128i *)b[i].qs)),
+                          xhi = _mm256_broadcastsi128_si256(
+                              _mm_loadu_si128((const __m128i *)(b[i].qs + 16)));
+            const size_t off = (size_t)i * sizeof(block_q4_0);
+            const __m256i p0 = q40_pair(rp[0] + off + qo, rp[2] + off + qo, xlo, xhi),
+                          p1 = q40_pair(rp[1] + off + qo, rp[3] + off + qo, xlo, xhi);
+            /* [r0 r1 r0 r1 | r2 r3 r2 r3] -> r0 r1 r2 r3 */
+            __m256i h = _mm256_hadd_epi32(p0, p1);
+            h = _mm256_permute4x64_epi64(_mm256_hadd_epi32(h, h), 0x08);
+            const __m128i s =
+                _mm_sub_epi32(_mm256_castsi256_si128(h), _mm256_castsi256_si128(q8_sum8(xv)));
+            const __m128 d = _mm_mul_ps(gv_f16x4(rp, off + dof), _mm_set1_ps(f16(b[i].d)));
+            acc = _mm_fmadd_ps(_mm_cvtepi32_ps(s), d, acc);
+        }
+        gv_store4(y + r0, nr - r0, acc);
     }
 }
 
