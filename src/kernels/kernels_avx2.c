@@ -1447,22 +1447,62 @@ static void gemv_q4_0_avx2(int n, int nr, const void *w, size_t ldw, const void 
     }
 }
 
+/* one Q4_K row's block: S = 8 lanes of the scaled sums, M = 8 lanes of the
+ * min sums (vec_dot_q4_K_avx2's sumi and msum before their lane sums) */
+ALWAYS_INLINE void q4k_row(const block_q4_K *a, const block_q8_K *b, __m256i bsums,
+                           const __m256i *bc, __m256i *S, __m256i *M) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    uint32_t u[3];
+    memcpy(u, a->scales, 12);
+    const uint32_t m6 = 0x3f3f3f3fu, q4 = 0x0f0f0f0fu, m2 = 0x03030303u;
+    const uint32_t s0 = u[0] & m6, s1 = (u[2] & q4) | (((u[0] >> 6) & m2) << 4);
+    const uint32_t n0 = u[1] & m6, n1 = ((u[2] >> 4) & q4) | (((u[1] >> 6) & m2) << 4);
+    /* bytes 0-7 the scales, 8-15 the mins */
+    const __m128i smn =
+        _mm_set_epi64x((long long)((uint64_t)n1 << 32 | n0), (long long)((uint64_t)s1 << 32 | s0));
+    const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(smn));
+    /* min j twice, against bsums 2j and 2j + 1 */
+    *M = _mm256_madd_epi16(bsums, _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(smn, smn)));
+    __m256i acc = _mm256_setzero_si256();
+    UNROLL
+    for (int c = 0; c < 4; c++) {
+        const __m256i bits = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * c));
+        const __m256i x0 = _mm256_loadu_si256((const __m256i *)(b->qs + 64 * c));
+        const __m256i x1 = _mm256_loadu_si256((const __m256i *)(b->qs + 64 * c + 32));
+        const __m256i lo = _mm256_maddubs_epi16(_mm256_and_si256(bits, m4), x0);
+        const __m256i hi =
+            _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), x1);
+        acc = _mm256_add_epi32(
+            acc, _mm256_add_epi32(_mm256_madd_epi16(lo, _mm256_shuffle_epi8(sc, bc[2 * c])),
+                                  _mm256_madd_epi16(hi, _mm256_shuffle_epi8(sc, bc[2 * c + 1]))));
+    }
+    *S = acc;
+}
+
+/* lanes 0-3 = the sums of the 8 lanes of s[0..3] */
+static inline __m128i reduce4_i32(const __m256i *s) {
+    const __m256i h =
+        _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
 /* Q4_K (vec_dot_q4_K_avx2's two chains per row: acc = fma(sum, d * dx, acc),
  * accm = fma(min sum, dmin * dx, accm), then acc - accm). A row's 8 scales
  * and mins become 16-bit lanes once per block; each group's scale reaches
  * its products by a byte shuffle; the 8 rows' sums and min sums are reduced
- * together. */
+ * together; the last 1 to 4 rows 4 at a time. */
 static void gemv_q4_K_avx2(int n, int nr, const void *w, size_t ldw, const void *x, float *y) {
     const block_q8_K *b = x;
     const int nb = n / QK_K;
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
     /* word j of a 128-bit lane in all 8 words */
     const __m256i bc[8] = {_mm256_set1_epi16(0x0100), _mm256_set1_epi16(0x0302),
                            _mm256_set1_epi16(0x0504), _mm256_set1_epi16(0x0706),
                            _mm256_set1_epi16(0x0908), _mm256_set1_epi16(0x0B0A),
                            _mm256_set1_epi16(0x0D0C), _mm256_set1_epi16(0x0F0E)};
-    const size_t bs = sizeof(block_q4_K);
-    for (int r0 = 0; r0 < nr; r0 += GV_ROWS) {
+    const size_t bs = sizeof(block_q4_K), od = offsetof(block_q4_K, d),
+                 om = offsetof(block_q4_K, dmin);
+    int r0 = 0;
+    for (; nr - r0 > 4; r0 += GV_ROWS) {
         const uint8_t *rp[GV_ROWS];
         gv_rows(w, ldw, r0, nr, rp);
         __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
@@ -1471,42 +1511,34 @@ static void gemv_q4_K_avx2(int n, int nr, const void *w, size_t ldw, const void 
             const size_t off = (size_t)i * bs;
             __m256i S[GV_ROWS], M[GV_ROWS];
             UNROLL
-            for (int r = 0; r < GV_ROWS; r++) {
-                const block_q4_K *a = (const block_q4_K *)(rp[r] + off);
-                uint32_t u[3];
-                memcpy(u, a->scales, 12);
-                const uint32_t m6 = 0x3f3f3f3fu, q4 = 0x0f0f0f0fu, m2 = 0x03030303u;
-                const uint32_t s0 = u[0] & m6, s1 = (u[2] & q4) | (((u[0] >> 6) & m2) << 4);
-                const uint32_t n0 = u[1] & m6, n1 = ((u[2] >> 4) & q4) | (((u[1] >> 6) & m2) << 4);
-                /* bytes 0-7 the scales, 8-15 the mins */
-                const __m128i smn = _mm_set_epi64x((long long)((uint64_t)n1 << 32 | n0),
-                                                   (long long)((uint64_t)s1 << 32 | s0));
-                const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(smn));
-                /* min j twice, against bsums 2j and 2j + 1 */
-                M[r] = _mm256_madd_epi16(bsums, _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(smn, smn)));
-                __m256i s = _mm256_setzero_si256();
-                UNROLL
-                for (int c = 0; c < 4; c++) {
-                    const __m256i bits = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * c));
-                    const __m256i x0 = _mm256_loadu_si256((const __m256i *)(b[i].qs + 64 * c));
-                    const __m256i x1 = _mm256_loadu_si256((const __m256i *)(b[i].qs + 64 * c + 32));
-                    const __m256i lo = _mm256_maddubs_epi16(_mm256_and_si256(bits, m4), x0);
-                    const __m256i hi =
-                        _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), x1);
-                    s = _mm256_add_epi32(
-                        s, _mm256_add_epi32(
-                               _mm256_madd_epi16(lo, _mm256_shuffle_epi8(sc, bc[2 * c])),
-                               _mm256_madd_epi16(hi, _mm256_shuffle_epi8(sc, bc[2 * c + 1]))));
-                }
-                S[r] = s;
-            }
+            for (int r = 0; r < GV_ROWS; r++)
+                q4k_row((const block_q4_K *)(rp[r] + off), &b[i], bsums, bc, &S[r], &M[r]);
             const __m256 dx = _mm256_set1_ps(b[i].d);
-            const __m256 d = _mm256_mul_ps(gv_f16x8(rp, off + offsetof(block_q4_K, d)), dx);
-            const __m256 dm = _mm256_mul_ps(gv_f16x8(rp, off + offsetof(block_q4_K, dmin)), dx);
+            const __m256 d = _mm256_mul_ps(gv_f16x8(rp, off + od), dx);
+            const __m256 dm = _mm256_mul_ps(gv_f16x8(rp, off + om), dx);
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8_i32(S)), d, acc);
             accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8_i32(M)), dm, accm);
         }
         gv_store(y + r0, RP_MIN(GV_ROWS, nr - r0), _mm256_sub_ps(acc, accm));
+    }
+    if (r0 < nr) {
+        const uint8_t *rp[GV_ROWS];
+        gv_rows(w, ldw, r0, nr, rp);
+        __m128 acc = _mm_setzero_ps(), accm = _mm_setzero_ps();
+        for (int i = 0; i < nb; i++) {
+            const __m256i bsums = _mm256_loadu_si256((const __m256i *)b[i].bsums);
+            const size_t off = (size_t)i * bs;
+            __m256i S[4], M[4];
+            UNROLL
+            for (int r = 0; r < 4; r++)
+                q4k_row((const block_q4_K *)(rp[r] + off), &b[i], bsums, bc, &S[r], &M[r]);
+            const __m128 dx = _mm_set1_ps(b[i].d);
+            const __m128 d = _mm_mul_ps(gv_f16x4(rp, off + od), dx);
+            const __m128 dm = _mm_mul_ps(gv_f16x4(rp, off + om), dx);
+            acc = _mm_fmadd_ps(_mm_cvtepi32_ps(reduce4_i32(S)), d, acc);
+            accm = _mm_fmadd_ps(_mm_cvtepi32_ps(reduce4_i32(M)), dm, accm);
+        }
+        gv_store4(y + r0, nr - r0, _mm_sub_ps(acc, accm));
     }
 }
 
