@@ -11,6 +11,11 @@
 #include <math.h>
 #include <string.h>
 
+/* the drivers below take the values function as a constant: inlined */
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+/* the tiles' small loops over tokens, rows and chunks: registers, not arrays */
+#define UNROLL _Pragma("GCC unroll 8")
+
 static inline float f16(uint16_t h) {
     return _cvtsh_ss(h);
 }
@@ -439,43 +444,43 @@ static void vec_dot_q6_K_avx2(int n, float *s, const void *w, const void *x) {
     const block_q6_K *a = w;
     const block_q8_K *b = x;
     __m256 acc = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
+    const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
     const __m256i k6_scale_shuf[4] = {K6S(0, 2), K6S(4, 6), K6S(8, 10), K6S(12, 14)};
     for (int i = 0; i < n / QK_K; i++) {
         const float d = b[i].d * f16(a[i].d);
         /* the 16 scales as int16; half h's 8 in both 128-bit lanes */
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a[i].scales));
-        const __m256i sch[2] = {_mm256_permute2x128_si256(sc16, sc16, 0x00),
-                                _mm256_permute2x128_si256(sc16, sc16, 0x11)};
-        __m256i sumi = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            __m256i l0 = _mm256_loadu_si256((const __m256i *)(a[i].ql + 64 * h));
-            __m256i l1 = _mm256_loadu_si256((const __m256i *)(a[i].ql + 64 * h + 32));
-            __m256i hb = _mm256_loadu_si256((const __m256i *)(a[i].qh + 32 * h));
-            __m256i q[4];
-            q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(hb, m3), 4));
-            q[1] = _mm256_or_si256(
-                _mm256_and_si256(l1, m4),
-                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m3), 4));
-            q[2] = _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m3), 4));
-            q[3] = _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m3), 4));
-            for (int k = 0; k < 4; k++) {
-                __m256i xv = _mm256_loadu_si256((const __m256i *)(b[i].qs + 128 * h + 32 * k));
-                __m256i p16 = _mm256_maddubs_epi16(q[k], xv);
-                /* scale 8h + 2k in the low lane, 8h + 2k + 1 in the high lane */
-                const __m256i scv = _mm256_shuffle_epi8(sch[h], k6_scale_shuf[k]);
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, scv));
-            }
-        }
         /* the offset 32 per lane from the 16-group sums (see the ref) */
         const __m256i off =
-            _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)b[i].bsums),
-                              _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a[i].scales)));
+            _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)b[i].bsums), sc16);
+        __m256i sumi = _mm256_setzero_si256();
+        UNROLL
+        for (int h = 0; h < 2; h++) {
+            const __m256i sch = _mm256_permute2x128_si256(sc16, sc16, h ? 0x11 : 0x00);
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(a[i].ql + 64 * h));
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(a[i].ql + 64 * h + 32));
+            const __m256i hb = _mm256_loadu_si256((const __m256i *)(a[i].qh + 32 * h));
+            /* value k: its 4 low bits, bits 2k, 2k+1 of hb at bits 4, 5 (the
+             * 16-bit shifts carry bits across bytes only where masked off) */
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                   _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+            q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                   _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                   _mm256_and_si256(hb, m30));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                   _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+            UNROLL
+            for (int k = 0; k < 4; k++) {
+                const __m256i xv =
+                    _mm256_loadu_si256((const __m256i *)(b[i].qs + 128 * h + 32 * k));
+                /* scale 8h + 2k in the low lane, 8h + 2k + 1 in the high lane */
+                const __m256i scv = _mm256_shuffle_epi8(sch, k6_scale_shuf[k]);
+                sumi =
+                    _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], xv), scv));
+            }
+        }
         sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(off, 5));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
@@ -569,10 +574,6 @@ static void act_q8_1_avx2(const float *x, void *y, int64_t n) {
  * A missing row or token of a tile repeats the last one; it is not stored. */
 
 #define TQ 4 /* tokens of a tile */
-/* the drivers below take the values function as a constant: inlined */
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
-/* the tiles' small loops over tokens, rows and chunks: registers, not arrays */
-#define UNROLL _Pragma("GCC unroll 8")
 
 /* lane k = the sum of the 8 lanes of s[k] (integer: any order is exact) */
 static inline __m256i reduce8_i32(const __m256i *s) {
@@ -680,16 +681,20 @@ static void w32_lanes_tile(int nb, const uint8_t *s, const uint8_t *xg, int tq, 
                       q0 = _mm256_loadu_si256((const __m256i *)(o + 32)),
                       a1 = _mm256_loadu_si256((const __m256i *)(o + 64)),
                       q1 = _mm256_loadu_si256((const __m256i *)(o + 96));
-        const __m256 d0 = _mm256_broadcast_ss((const float *)(o + 128)),
-                     d1 = _mm256_broadcast_ss((const float *)(o + 144));
+        /* the 8 scale products dw_r * dx_t (lane r * 4 + t) in one multiply,
+         * each then broadcast from memory: the multiply ports are the tile's
+         * bottleneck, loads are not */
+        _Alignas(32) float dd[2 * TQ];
+        _mm256_store_ps(
+            dd, _mm256_mul_ps(_mm256_loadu_ps((const float *)(o + 128)),
+                              _mm256_broadcast_ps((
+                                  const __m128 *)((const float *)(xb + 32 * RP_GEMM_GROUP) + tq))));
         UNROLL
         for (int t = 0; t < TQ; t++) {
             const __m256i x = _mm256_loadu_si256((const __m256i *)(xb + 32 * (tq + t)));
-            const __m256 dx =
-                _mm256_broadcast_ss((const float *)(xb + 32 * RP_GEMM_GROUP) + tq + t);
-            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d0, dx), _mm256_cvtepi32_ps(dot_abs(a0, q0, x)),
-                                     acc[t]);
-            acc[TQ + t] = _mm256_fmadd_ps(_mm256_mul_ps(d1, dx),
+            acc[t] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[t]),
+                                     _mm256_cvtepi32_ps(dot_abs(a0, q0, x)), acc[t]);
+            acc[TQ + t] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[TQ + t]),
                                           _mm256_cvtepi32_ps(dot_abs(a1, q1, x)), acc[TQ + t]);
         }
     }
@@ -1301,6 +1306,242 @@ static void gemm_run_q6_K(int n, int nr, const void *w, size_t ldw, const void *
 
 static const rp_gemm_ops gemm_q6_K = {gk_group_bytes, gk_pack, q6k_scratch, gemm_run_q6_K};
 
+/* ---- one token against many rows (gemv) -------------------------------------
+ * Rows taken 8 at a time, row r's float accumulator in lane r of one vector:
+ * each output is the float the type's vec_dot returns (the same fused
+ * multiply-adds in the same order), the integer block sums of the 8 rows
+ * reduced together (exact). Eight rows stream at once, so the serial chain of
+ * one row's fma no longer bounds the speed. A missing row of the last eight
+ * repeats the one before it and is not stored. */
+
+#define GV_ROWS 8
+
+/* the 8 rows' pointers: row r0 + r, the last one repeated past nr */
+static inline void gv_rows(const void *w, size_t ldw, int r0, int nr, const uint8_t **rp) {
+    for (int r = 0; r < GV_ROWS; r++)
+        rp[r] = (const uint8_t *)w + (size_t)RP_MIN(r0 + r, nr - 1) * ldw;
+}
+
+/* the fp16 at byte off of each of the 8 rows, as floats (gathered in
+ * general-purpose registers: they have the spare ports) */
+static inline __m256 gv_f16x8(const uint8_t *const *rp, size_t off) {
+    uint64_t q[2];
+    UNROLL
+    for (int k = 0; k < 2; k++) {
+        uint16_t h0, h1, h2, h3;
+        memcpy(&h0, rp[4 * k] + off, 2);
+        memcpy(&h1, rp[4 * k + 1] + off, 2);
+        memcpy(&h2, rp[4 * k + 2] + off, 2);
+        memcpy(&h3, rp[4 * k + 3] + off, 2);
+        q[k] = (uint64_t)h0 | (uint64_t)h1 << 16 | (uint64_t)h2 << 32 | (uint64_t)h3 << 48;
+    }
+    return _mm256_cvtph_ps(_mm_set_epi64x((long long)q[1], (long long)q[0]));
+}
+
+static inline void gv_store(float *y, int rows, __m256 v) {
+    if (rows == GV_ROWS) {
+        _mm256_storeu_ps(y, v);
+        return;
+    }
+    float t[GV_ROWS];
+    _mm256_storeu_ps(t, v);
+    for (int r = 0; r < rows; r++) y[r] = t[r];
+}
+
+/* the fp16 at byte off of 4 rows, as floats */
+static inline __m128 gv_f16x4(const uint8_t *const *rp, size_t off) {
+    uint16_t h0, h1, h2, h3;
+    memcpy(&h0, rp[0] + off, 2);
+    memcpy(&h1, rp[1] + off, 2);
+    memcpy(&h2, rp[2] + off, 2);
+    memcpy(&h3, rp[3] + off, 2);
+    const uint64_t q = (uint64_t)h0 | (uint64_t)h1 << 16 | (uint64_t)h2 << 32 | (uint64_t)h3 << 48;
+    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)q));
+}
+
+static inline void gv_store4(float *y, int rows, __m128 v) {
+    float t[4];
+    _mm_storeu_ps(t, v);
+    for (int r = 0; r < rows; r++) y[r] = t[r];
+}
+
+/* 8 * (the sum of the 32 int8 of x) in every lane */
+static inline __m256i q8_sum8(__m256i xv) {
+    __m256i sx =
+        _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), xv), _mm256_set1_epi16(1));
+    sx = _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0x4E));
+    sx = _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0xB1));
+    sx = _mm256_add_epi32(sx, _mm256_permute2x128_si256(sx, sx, 0x01));
+    return _mm256_slli_epi32(sx, 3);
+}
+
+/* Q4_0, row k's nibbles . x in the low lane and row k + h's in the high lane
+ * of one vector (8 lanes of partial sums) */
+static inline __m256i q40_pair(const uint8_t *lo_row, const uint8_t *hi_row, __m256i xlo,
+                               __m256i xhi) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i v = _mm256_loadu2_m128i((const __m128i *)hi_row, (const __m128i *)lo_row);
+    const __m256i lo = _mm256_maddubs_epi16(_mm256_and_si256(v, m4), xlo);
+    const __m256i hi = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), xhi);
+    /* |pair sums| <= 2 * 15 * 128: two of them fit an int16 */
+    return _mm256_madd_epi16(_mm256_add_epi16(lo, hi), _mm256_set1_epi16(1));
+}
+
+/* Q4_0 (vec_dot_q4_0_avx2's chain per row: acc = fma(sum, dw * dx, acc) in
+ * block order). sum = nibbles . x - 8 * (sum of x); two rows share a vector,
+ * row k's 16 bytes in the low lane and row k + 4's in the high lane, so the
+ * low nibbles of both meet x[0..15] and the high nibbles x[16..31]. The last
+ * 1 to 4 rows go 4 at a time (rows k and k + 2 paired). */
+static void gemv_q4_0_avx2(int n, int nr, const void *w, size_t ldw, const void *x, float *y) {
+    const block_q8_0 *b = x;
+    const int nb = n / QK8_0;
+    const size_t qo = offsetof(block_q4_0, qs), dof = offsetof(block_q4_0, d);
+    int r0 = 0;
+    for (; nr - r0 > 4; r0 += GV_ROWS) {
+        const uint8_t *rp[GV_ROWS];
+        gv_rows(w, ldw, r0, nr, rp);
+        __m256 acc = _mm256_setzero_ps();
+        for (int i = 0; i < nb; i++) {
+            const __m256i xv = _mm256_loadu_si256((const __m256i *)b[i].qs);
+            const __m256i xlo = _mm256_broadcastsi128_si256(
+                              _mm_loadu_si128((const __m128i *)b[i].qs)),
+                          xhi = _mm256_broadcastsi128_si256(
+                              _mm_loadu_si128((const __m128i *)(b[i].qs + 16)));
+            const size_t off = (size_t)i * sizeof(block_q4_0);
+            __m256i p[4];
+            UNROLL
+            for (int k = 0; k < 4; k++)
+                p[k] = q40_pair(rp[k] + off + qo, rp[k + 4] + off + qo, xlo, xhi);
+            /* row k's 4 partial sums in the low lane, row k + 4's in the high
+             * lane -> row r's sum in lane r */
+            const __m256i s8 =
+                _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+            const __m256i s = _mm256_sub_epi32(s8, q8_sum8(xv));
+            const __m256 d = _mm256_mul_ps(gv_f16x8(rp, off + dof), _mm256_set1_ps(f16(b[i].d)));
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, acc);
+        }
+        gv_store(y + r0, RP_MIN(GV_ROWS, nr - r0), acc);
+    }
+    if (r0 < nr) {
+        const uint8_t *rp[GV_ROWS];
+        gv_rows(w, ldw, r0, nr, rp);
+        __m128 acc = _mm_setzero_ps();
+        for (int i = 0; i < nb; i++) {
+            const __m256i xv = _mm256_loadu_si256((const __m256i *)b[i].qs);
+            const __m256i xlo = _mm256_broadcastsi128_si256(
+                              _mm_loadu_si128((const __m128i *)b[i].qs)),
+                          xhi = _mm256_broadcastsi128_si256(
+                              _mm_loadu_si128((const __m128i *)(b[i].qs + 16)));
+            const size_t off = (size_t)i * sizeof(block_q4_0);
+            const __m256i p0 = q40_pair(rp[0] + off + qo, rp[2] + off + qo, xlo, xhi),
+                          p1 = q40_pair(rp[1] + off + qo, rp[3] + off + qo, xlo, xhi);
+            /* [r0 r1 r0 r1 | r2 r3 r2 r3] -> r0 r1 r2 r3 */
+            __m256i h = _mm256_hadd_epi32(p0, p1);
+            h = _mm256_permute4x64_epi64(_mm256_hadd_epi32(h, h), 0x08);
+            const __m128i s =
+                _mm_sub_epi32(_mm256_castsi256_si128(h), _mm256_castsi256_si128(q8_sum8(xv)));
+            const __m128 d = _mm_mul_ps(gv_f16x4(rp, off + dof), _mm_set1_ps(f16(b[i].d)));
+            acc = _mm_fmadd_ps(_mm_cvtepi32_ps(s), d, acc);
+        }
+        gv_store4(y + r0, nr - r0, acc);
+    }
+}
+
+/* one Q4_K row's block: S = 8 lanes of the scaled sums, M = 8 lanes of the
+ * min sums (vec_dot_q4_K_avx2's sumi and msum before their lane sums) */
+ALWAYS_INLINE void q4k_row(const block_q4_K *a, const block_q8_K *b, __m256i bsums,
+                           const __m256i *bc, __m256i *S, __m256i *M) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    uint32_t u[3];
+    memcpy(u, a->scales, 12);
+    const uint32_t m6 = 0x3f3f3f3fu, q4 = 0x0f0f0f0fu, m2 = 0x03030303u;
+    const uint32_t s0 = u[0] & m6, s1 = (u[2] & q4) | (((u[0] >> 6) & m2) << 4);
+    const uint32_t n0 = u[1] & m6, n1 = ((u[2] >> 4) & q4) | (((u[1] >> 6) & m2) << 4);
+    /* bytes 0-7 the scales, 8-15 the mins */
+    const __m128i smn =
+        _mm_set_epi64x((long long)((uint64_t)n1 << 32 | n0), (long long)((uint64_t)s1 << 32 | s0));
+    const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(smn));
+    /* min j twice, against bsums 2j and 2j + 1 */
+    *M = _mm256_madd_epi16(bsums, _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(smn, smn)));
+    __m256i acc = _mm256_setzero_si256();
+    UNROLL
+    for (int c = 0; c < 4; c++) {
+        const __m256i bits = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * c));
+        const __m256i x0 = _mm256_loadu_si256((const __m256i *)(b->qs + 64 * c));
+        const __m256i x1 = _mm256_loadu_si256((const __m256i *)(b->qs + 64 * c + 32));
+        const __m256i lo = _mm256_maddubs_epi16(_mm256_and_si256(bits, m4), x0);
+        const __m256i hi =
+            _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), x1);
+        acc = _mm256_add_epi32(
+            acc, _mm256_add_epi32(_mm256_madd_epi16(lo, _mm256_shuffle_epi8(sc, bc[2 * c])),
+                                  _mm256_madd_epi16(hi, _mm256_shuffle_epi8(sc, bc[2 * c + 1]))));
+    }
+    *S = acc;
+}
+
+/* lanes 0-3 = the sums of the 8 lanes of s[0..3] */
+static inline __m128i reduce4_i32(const __m256i *s) {
+    const __m256i h =
+        _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+/* Q4_K (vec_dot_q4_K_avx2's two chains per row: acc = fma(sum, d * dx, acc),
+ * accm = fma(min sum, dmin * dx, accm), then acc - accm). A row's 8 scales
+ * and mins become 16-bit lanes once per block; each group's scale reaches
+ * its products by a byte shuffle; the 8 rows' sums and min sums are reduced
+ * together; the last 1 to 4 rows 4 at a time. */
+static void gemv_q4_K_avx2(int n, int nr, const void *w, size_t ldw, const void *x, float *y) {
+    const block_q8_K *b = x;
+    const int nb = n / QK_K;
+    /* word j of a 128-bit lane in all 8 words */
+    const __m256i bc[8] = {_mm256_set1_epi16(0x0100), _mm256_set1_epi16(0x0302),
+                           _mm256_set1_epi16(0x0504), _mm256_set1_epi16(0x0706),
+                           _mm256_set1_epi16(0x0908), _mm256_set1_epi16(0x0B0A),
+                           _mm256_set1_epi16(0x0D0C), _mm256_set1_epi16(0x0F0E)};
+    const size_t bs = sizeof(block_q4_K), od = offsetof(block_q4_K, d),
+                 om = offsetof(block_q4_K, dmin);
+    int r0 = 0;
+    for (; nr - r0 > 4; r0 += GV_ROWS) {
+        const uint8_t *rp[GV_ROWS];
+        gv_rows(w, ldw, r0, nr, rp);
+        __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+        for (int i = 0; i < nb; i++) {
+            const __m256i bsums = _mm256_loadu_si256((const __m256i *)b[i].bsums);
+            const size_t off = (size_t)i * bs;
+            __m256i S[GV_ROWS], M[GV_ROWS];
+            UNROLL
+            for (int r = 0; r < GV_ROWS; r++)
+                q4k_row((const block_q4_K *)(rp[r] + off), &b[i], bsums, bc, &S[r], &M[r]);
+            const __m256 dx = _mm256_set1_ps(b[i].d);
+            const __m256 d = _mm256_mul_ps(gv_f16x8(rp, off + od), dx);
+            const __m256 dm = _mm256_mul_ps(gv_f16x8(rp, off + om), dx);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8_i32(S)), d, acc);
+            accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8_i32(M)), dm, accm);
+        }
+        gv_store(y + r0, RP_MIN(GV_ROWS, nr - r0), _mm256_sub_ps(acc, accm));
+    }
+    if (r0 < nr) {
+        const uint8_t *rp[GV_ROWS];
+        gv_rows(w, ldw, r0, nr, rp);
+        __m128 acc = _mm_setzero_ps(), accm = _mm_setzero_ps();
+        for (int i = 0; i < nb; i++) {
+            const __m256i bsums = _mm256_loadu_si256((const __m256i *)b[i].bsums);
+            const size_t off = (size_t)i * bs;
+            __m256i S[4], M[4];
+            UNROLL
+            for (int r = 0; r < 4; r++)
+                q4k_row((const block_q4_K *)(rp[r] + off), &b[i], bsums, bc, &S[r], &M[r]);
+            const __m128 dx = _mm_set1_ps(b[i].d);
+            const __m128 d = _mm_mul_ps(gv_f16x4(rp, off + od), dx);
+            const __m128 dm = _mm_mul_ps(gv_f16x4(rp, off + om), dx);
+            acc = _mm_fmadd_ps(_mm_cvtepi32_ps(reduce4_i32(S)), d, acc);
+            accm = _mm_fmadd_ps(_mm_cvtepi32_ps(reduce4_i32(M)), dm, accm);
+        }
+        gv_store4(y + r0, nr - r0, _mm_sub_ps(acc, accm));
+    }
+}
+
 /* ---- silu ------------------------------------------------------------------ */
 
 /* rp_expf_ggml512 on 8 lanes: the same fused steps; ldexpf(j, n) as two exact
@@ -1432,6 +1673,8 @@ void rp_kernels_fill_avx2(rp_kernels *k) {
     k->vec_dot[RP_TYPE_Q6_K] = vec_dot_q6_K_avx2;
     k->vec_dot[RP_TYPE_IQ4_NL] = vec_dot_iq4_nl_avx2;
     k->vec_dot[RP_TYPE_IQ4_XS] = vec_dot_iq4_xs_avx2;
+    k->gemv[RP_TYPE_Q4_0] = gemv_q4_0_avx2;
+    k->gemv[RP_TYPE_Q4_K] = gemv_q4_K_avx2;
     k->gemm[RP_TYPE_Q8_0] = &gemm_q8_0;
     k->gemm[RP_TYPE_Q5_0] = &gemm_q5_0;
     k->gemm[RP_TYPE_Q4_0] = &gemm_q4_0i;

@@ -169,17 +169,23 @@ static void check_type(rp_isa isa, int type, int n) {
         }
     CHECK(!bad, "%s %s n=%d: vec_dot differs from scalar at %d outputs", rp_isa_name(isa), t->name,
           n, bad);
-    /* gemv: same floats as this ISA's vec_dot */
+    /* gemv: same floats as this ISA's vec_dot, for row counts that leave
+     * every remainder of a kernel's row groups (of 4 or 8) and the last rows
+     * of the matrix; nothing written past the rows asked for */
     if (K->gemv[type]) {
-        float g[37];
-        for (int tk = 0; tk < 4; tk++) {
-            K->gemv[type](n, rows, w, rb, xq + (size_t)tk * xb, g);
-            bad = 0;
-            for (int r = 0; r < rows; r++)
-                bad += !same_float(g[r], y[(size_t)tk * rows + (size_t)r], true, 0);
-            CHECK(!bad, "%s %s n=%d token %d: gemv differs from vec_dot at %d rows",
-                  rp_isa_name(isa), t->name, n, tk, bad);
-        }
+        float g[37 + 1];
+        const int counts[] = {rows, 1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 20, 36};
+        for (int tk = 0; tk < 4; tk++)
+            for (size_t ci = 0; ci < RP_ARRAY_LEN(counts); ci++) {
+                const int nr = counts[ci], first = rows - nr;
+                for (int r = 0; r <= nr; r++) g[r] = NAN;
+                K->gemv[type](n, nr, w + (size_t)first * rb, rb, xq + (size_t)tk * xb, g);
+                bad = !isnan(g[nr]);
+                for (int r = 0; r < nr; r++)
+                    bad += !same_float(g[r], y[(size_t)tk * rows + (size_t)(first + r)], true, 0);
+                CHECK(!bad, "%s %s n=%d token %d, %d rows: gemv differs from vec_dot at %d rows",
+                      rp_isa_name(isa), t->name, n, tk, nr, bad);
+            }
     }
     /* weights packed in row panels: every row unpacks to its bytes; products
      * of 1..toks tokens over every panel (the last one partial), the panels
