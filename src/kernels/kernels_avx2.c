@@ -136,19 +136,49 @@ static void vec_dot_f16_avx2(int n, float *s, const void *w, const void *x) {
     *s = dot_f16_f32_avx2(n, w, x);
 }
 
-static void vec_dot_bf16_avx2(int n, float *s, const void *w, const void *x) {
-    const uint16_t *a = w;
-    const float *b = x;
-    __m256 acc = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(a + i)));
-        acc = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(h, 16)), _mm256_loadu_ps(b + i),
-                              acc);
+/* 8 bf16 pairs (16 values) as two float vectors, the odd values and the
+ * even ones, subnormals as zero (vdpbf16ps reads them so) */
+static inline void bf16_pairs(const uint16_t *p, int cnt, __m256 *odd, __m256 *even) {
+    __m256i v;
+    if (cnt >= 16) {
+        v = _mm256_loadu_si256((const __m256i *)p);
+    } else {
+        uint16_t t[16] = {0};
+        memcpy(t, p, (size_t)cnt * 2);
+        v = _mm256_loadu_si256((const __m256i *)t);
     }
-    float r = hsum256(acc);
-    for (; i < n; i++) r += rp_bf16_to_fp32(a[i]) * b[i];
-    *s = r;
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u), ehi = _mm256_set1_epi32(0x7f800000),
+                  elo = _mm256_set1_epi32(0x7f80);
+    const __m256i o = _mm256_and_si256(v, hi), e = _mm256_slli_epi32(v, 16);
+    const __m256i zo = _mm256_cmpeq_epi32(_mm256_and_si256(v, ehi), _mm256_setzero_si256());
+    const __m256i ze = _mm256_cmpeq_epi32(_mm256_and_si256(v, elo), _mm256_setzero_si256());
+    *odd = _mm256_castsi256_ps(_mm256_andnot_si256(zo, o));
+    *even = _mm256_castsi256_ps(_mm256_andnot_si256(ze, e));
+}
+
+/* BF16 activations, the AVX512_BF16 order of the scalar twin (kernels_ref.c):
+ * its 16 lanes as two 8-lane halves, odd then even value of each pair */
+static void vec_dot_bf16_avx2(int n, float *s, const void *w, const void *x) {
+    const uint16_t *a = w, *b = x;
+    __m256 lo = _mm256_setzero_ps(), hi = lo;
+    for (int i = 0; i < n; i += 32) {
+        __m256 ao, ae, bo, be;
+        bf16_pairs(a + i, n - i, &ao, &ae);
+        bf16_pairs(b + i, n - i, &bo, &be);
+        lo = _mm256_fmadd_ps(ae, be, _mm256_fmadd_ps(ao, bo, lo));
+        const int r = n - i - 16;
+        if (r > 0) {
+            bf16_pairs(a + i + 16, r, &ao, &ae);
+            bf16_pairs(b + i + 16, r, &bo, &be);
+        } else {
+            ao = ae = bo = be = _mm256_setzero_ps();
+        }
+        hi = _mm256_fmadd_ps(ae, be, _mm256_fmadd_ps(ao, bo, hi));
+    }
+    float l[16];
+    _mm256_storeu_ps(l, lo);
+    _mm256_storeu_ps(l + 8, hi);
+    *s = rp_reduce16(l);
 }
 
 /* ---- legacy blocks ----------------------------------------------------------- */
