@@ -34,7 +34,7 @@ const rp_kernels *rp_kern_for(rp_isa isa) {
 }
 
 int rp_kern_act_type(int type) {
-    return type == RP_TYPE_BF16 ? RP_TYPE_BF16 : rp_type_get(type)->vec_dot_type;
+    return type == RP_TYPE_BF16 || type == RP_TYPE_F16 ? type : rp_type_get(type)->vec_dot_type;
 }
 
 const rp_kernels *rp_kern(void) {

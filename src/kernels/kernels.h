@@ -198,9 +198,9 @@ void rp_kernels_fill_avx512(rp_kernels *k);
  * where rp_cpu_has_avx512bf16 */
 void rp_kernels_fill_avx512_bf16(rp_kernels *k);
 /* The encoding the CPU kernels take a weight type's activations in: the
- * type's vec_dot_type, but BF16 for BF16 weights (llama.cpp's CPU rounds the
- * activations of a BF16 matmul to BF16; the F32 of vec_dot_type is what the
- * other backends take). */
+ * type's vec_dot_type, but BF16 / F16 for BF16 / F16 weights (llama.cpp's CPU
+ * rounds the activations of those matmuls so; the F32 of vec_dot_type is
+ * what the other backends take). */
 int rp_kern_act_type(int type);
 /* The attention and KV-cache entries (attn_*.c), filled after the above. */
 void rp_attn_fill_ref(rp_kernels *k);

@@ -51,8 +51,14 @@ static void gemv_bf16(int n, int nr, const void *w, size_t ldw, const void *x, f
         const uint16_t *a1 = (const uint16_t *)((const char *)a0 + ldw),
                        *a2 = (const uint16_t *)((const char *)a1 + ldw),
                        *a3 = (const uint16_t *)((const char *)a2 + ldw);
+        /* the rows 8 rows on, prefetched as these are read (gemv_f16) */
+        const char *pf = (const char *)a0 + 8 * ldw;
         __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
         for (int i = 0; i < nk; i += 32) {
+            _mm_prefetch(pf + 8 * i, _MM_HINT_T0);
+            _mm_prefetch(pf + 8 * i + 64, _MM_HINT_T0);
+            _mm_prefetch(pf + 8 * i + 128, _MM_HINT_T0);
+            _mm_prefetch(pf + 8 * i + 192, _MM_HINT_T0);
             const __m512bh xv = ld(b + i);
             c0 = _mm512_dpbf16_ps(c0, ld(a0 + i), xv);
             c1 = _mm512_dpbf16_ps(c1, ld(a1 + i), xv);

@@ -56,8 +56,23 @@ static void f32_to_f16_ref(const float *x, uint16_t *y, int n) {
 static void vec_dot_f32_ref(int n, float *s, const void *w, const void *x) {
     *s = dot_f32_ref(n, w, x);
 }
+/* F16 weights take F16 activations (rp_kern_act_type: llama.cpp rounds them
+ * so) and llama.cpp's x86 tinyBLAS arithmetic: 16 lanes over steps of 16
+ * inputs, lane l a fused multiply-add of input i + l, a row's n % 16 tail as
+ * zeros, then rp_reduce16. Its one-token ggml_vec_dot_f16 (4 accumulators
+ * over steps of 64, summed in double) is not followed: a batch here is its
+ * tokens one at a time. */
 static void vec_dot_f16_ref(int n, float *s, const void *w, const void *x) {
-    *s = dot_f16_f32_ref(n, w, x);
+    const uint16_t *a = w, *b = x;
+    float acc[16] = {0};
+    for (int i = 0; i < n; i += 16)
+        for (int l = 0; l < 16; l++) {
+            if (i + l < n)
+                acc[l] = fmaf(rp_fp16_to_fp32(a[i + l]), rp_fp16_to_fp32(b[i + l]), acc[l]);
+            else
+                acc[l] += 0.0f;
+        }
+    *s = rp_reduce16(acc);
 }
 
 /* BF16 weights take BF16 activations (rp_kern_act_type: llama.cpp rounds them
@@ -528,6 +543,7 @@ void rp_kernels_fill_ref(rp_kernels *k) {
     k->vec_dot[RP_TYPE_F16] = vec_dot_f16_ref;
     k->vec_dot[RP_TYPE_BF16] = vec_dot_bf16_ref;
     k->act_quant[RP_TYPE_BF16] = rp_float_to_bf16;
+    k->act_quant[RP_TYPE_F16] = rp_float_to_f16;
     k->vec_dot[RP_TYPE_Q4_0] = vec_dot_q4_0_ref;
     k->vec_dot[RP_TYPE_Q4_1] = vec_dot_q4_1_ref;
     k->vec_dot[RP_TYPE_Q5_0] = vec_dot_q5_0_ref;

@@ -323,7 +323,7 @@ void test_kernels_act_quant(void) {
     rp_rng_seed(&r, 7);
     for (int isa = RP_ISA_SCALAR + 1; isa <= (int)rp_cpu_isa_max(); isa++) {
         const rp_kernels *K = rp_kern_for((rp_isa)isa), *R = rp_kern_for(RP_ISA_SCALAR);
-        const int vdts[] = {RP_TYPE_Q8_0, RP_TYPE_Q8_1, RP_TYPE_Q8_K, RP_TYPE_BF16};
+        const int vdts[] = {RP_TYPE_Q8_0, RP_TYPE_Q8_1, RP_TYPE_Q8_K, RP_TYPE_BF16, RP_TYPE_F16};
         for (int rep = 0; rep < 9; rep++) {
             for (int j = 0; j < n; j++)
                 x[j] = rep == 0 ? 0.0f
