@@ -35,7 +35,8 @@ LDFLAGS  += -fsanitize=address,undefined
 endif
 
 # Kernels compiled for an instruction set beyond the baseline; chosen at run
-# time from cpuid (src/base/cpu.c), so the binary still runs where they are absent.
+# time from cpuid (src/base/cpu.c), so the binary still runs where they are absent
+# (files named *_avx512_bf16.c add AVX512_BF16, which cpu.c checks on its own).
 ISA_avx2   := -mavx2 -mfma -mf16c -mbmi2
 ISA_avx512 := $(ISA_avx2) -mavx512f -mavx512bw -mavx512vl -mavx512dq \
               -mavx512vnni -mavx512vbmi
@@ -64,7 +65,7 @@ all: $(LIB) $(BIN) $(TESTBIN)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(if $(findstring _avx512,$<),$(ISA_avx512),$(if $(findstring _avx2,$<),$(ISA_avx2))) -c $< -o $@
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(if $(findstring _avx512,$<),$(ISA_avx512),$(if $(findstring _avx2,$<),$(ISA_avx2))) $(if $(findstring _avx512_bf16,$<),-mavx512bf16) -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
 	@rm -f $@

@@ -39,6 +39,16 @@ rp_isa rp_cpu_isa_max(void) {
 #endif
 }
 
+bool rp_cpu_has_avx512bf16(void) {
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    if (rp_cpu_isa_max() < RP_ISA_AVX512 || !__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
+    return a & (1u << 5);
+#else
+    return false;
+#endif
+}
+
 rp_isa rp_cpu_isa(void) {
     rp_isa isa = rp_cpu_isa_max();
     const char *env = getenv("REPRISE_ISA");

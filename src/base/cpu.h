@@ -17,5 +17,8 @@ rp_isa rp_cpu_isa(void);
 /* Highest level this CPU supports, ignoring the environment. */
 rp_isa rp_cpu_isa_max(void);
 const char *rp_isa_name(rp_isa isa);
+/* AVX512_BF16 (vdpbf16ps) with the AVX-512 level: its BF16 kernels are an
+ * extra of that level, installed where cpuid has it. */
+bool rp_cpu_has_avx512bf16(void);
 
 #endif

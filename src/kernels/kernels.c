@@ -1,4 +1,5 @@
 #include "kernels/kernels.h"
+#include "kernels/types.h"
 
 #include <pthread.h>
 
@@ -21,6 +22,7 @@ static void build(void) {
             rp_kernels_fill_avx512(k);
             rp_attn_fill_avx512(k);
             rp_act_fill_avx512(k);
+            if (rp_cpu_has_avx512bf16()) rp_kernels_fill_avx512_bf16(k);
         }
         k->isa = (rp_isa)l;
     }
@@ -29,6 +31,10 @@ static void build(void) {
 const rp_kernels *rp_kern_for(rp_isa isa) {
     pthread_once(&g_once, build);
     return &g_tables[isa];
+}
+
+int rp_kern_act_type(int type) {
+    return type == RP_TYPE_BF16 || type == RP_TYPE_F16 ? type : rp_type_get(type)->vec_dot_type;
 }
 
 const rp_kernels *rp_kern(void) {

@@ -194,6 +194,14 @@ float rp_reduce16(const float *v);
 void rp_silu_mul_ref(float *gate, const float *up, int n);
 void rp_kernels_fill_avx2(rp_kernels *k);
 void rp_kernels_fill_avx512(rp_kernels *k);
+/* the AVX512_BF16 BF16 kernels (kernels_avx512_bf16.c), over the AVX-512 table
+ * where rp_cpu_has_avx512bf16 */
+void rp_kernels_fill_avx512_bf16(rp_kernels *k);
+/* The encoding the CPU kernels take a weight type's activations in: the
+ * type's vec_dot_type, but BF16 / F16 for BF16 / F16 weights (llama.cpp's CPU
+ * rounds the activations of those matmuls so; the F32 of vec_dot_type is
+ * what the other backends take). */
+int rp_kern_act_type(int type);
 /* The attention and KV-cache entries (attn_*.c), filled after the above. */
 void rp_attn_fill_ref(rp_kernels *k);
 void rp_attn_fill_avx2(rp_kernels *k);

@@ -137,23 +137,79 @@ static void f32_to_f16_avx2(const float *x, uint16_t *y, int n) {
 static void vec_dot_f32_avx2(int n, float *s, const void *w, const void *x) {
     *s = dot_f32_avx2(n, w, x);
 }
-static void vec_dot_f16_avx2(int n, float *s, const void *w, const void *x) {
-    *s = dot_f16_f32_avx2(n, w, x);
+/* F16 activations, the order of the scalar twin: its 16 lanes as two halves */
+static inline __m256 f16x8(const uint16_t *p, int cnt) {
+    if (cnt >= 8) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    uint16_t t[8] = {0};
+    memcpy(t, p, (size_t)(cnt > 0 ? cnt : 0) * 2);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)t));
 }
 
-static void vec_dot_bf16_avx2(int n, float *s, const void *w, const void *x) {
-    const uint16_t *a = w;
-    const float *b = x;
-    __m256 acc = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(a + i)));
-        acc = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(h, 16)), _mm256_loadu_ps(b + i),
-                              acc);
+static void vec_dot_f16_avx2(int n, float *s, const void *w, const void *x) {
+    const uint16_t *a = w, *b = x;
+    __m256 lo = _mm256_setzero_ps(), hi = lo;
+    for (int i = 0; i < n; i += 16) {
+        lo = _mm256_fmadd_ps(f16x8(a + i, n - i), f16x8(b + i, n - i), lo);
+        hi = _mm256_fmadd_ps(f16x8(a + i + 8, n - i - 8), f16x8(b + i + 8, n - i - 8), hi);
     }
-    float r = hsum256(acc);
-    for (; i < n; i++) r += rp_bf16_to_fp32(a[i]) * b[i];
-    *s = r;
+    float l[16];
+    _mm256_storeu_ps(l, lo);
+    _mm256_storeu_ps(l + 8, hi);
+    *s = rp_reduce16(l);
+}
+
+static void act_f16_avx2(const float *x, void *y, int64_t n) {
+    uint16_t *d = y;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(d + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) d[i] = rp_fp32_to_fp16(x[i]);
+}
+
+/* 8 bf16 pairs (16 values) as two float vectors, the odd values and the
+ * even ones, subnormals as zero (vdpbf16ps reads them so) */
+static inline void bf16_pairs(const uint16_t *p, int cnt, __m256 *odd, __m256 *even) {
+    __m256i v;
+    if (cnt >= 16) {
+        v = _mm256_loadu_si256((const __m256i *)p);
+    } else {
+        uint16_t t[16] = {0};
+        memcpy(t, p, (size_t)cnt * 2);
+        v = _mm256_loadu_si256((const __m256i *)t);
+    }
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u), ehi = _mm256_set1_epi32(0x7f800000),
+                  elo = _mm256_set1_epi32(0x7f80);
+    const __m256i o = _mm256_and_si256(v, hi), e = _mm256_slli_epi32(v, 16);
+    const __m256i zo = _mm256_cmpeq_epi32(_mm256_and_si256(v, ehi), _mm256_setzero_si256());
+    const __m256i ze = _mm256_cmpeq_epi32(_mm256_and_si256(v, elo), _mm256_setzero_si256());
+    *odd = _mm256_castsi256_ps(_mm256_andnot_si256(zo, o));
+    *even = _mm256_castsi256_ps(_mm256_andnot_si256(ze, e));
+}
+
+/* BF16 activations, the AVX512_BF16 order of the scalar twin (kernels_ref.c):
+ * its 16 lanes as two 8-lane halves, odd then even value of each pair */
+static void vec_dot_bf16_avx2(int n, float *s, const void *w, const void *x) {
+    const uint16_t *a = w, *b = x;
+    __m256 lo = _mm256_setzero_ps(), hi = lo;
+    for (int i = 0; i < n; i += 32) {
+        __m256 ao, ae, bo, be;
+        bf16_pairs(a + i, n - i, &ao, &ae);
+        bf16_pairs(b + i, n - i, &bo, &be);
+        lo = _mm256_fmadd_ps(ae, be, _mm256_fmadd_ps(ao, bo, lo));
+        const int r = n - i - 16;
+        if (r > 0) {
+            bf16_pairs(a + i + 16, r, &ao, &ae);
+            bf16_pairs(b + i + 16, r, &bo, &be);
+        } else {
+            ao = ae = bo = be = _mm256_setzero_ps();
+        }
+        hi = _mm256_fmadd_ps(ae, be, _mm256_fmadd_ps(ao, bo, hi));
+    }
+    float l[16];
+    _mm256_storeu_ps(l, lo);
+    _mm256_storeu_ps(l + 8, hi);
+    *s = rp_reduce16(l);
 }
 
 /* ---- legacy blocks ----------------------------------------------------------- */
@@ -1684,6 +1740,7 @@ void rp_kernels_fill_avx2(rp_kernels *k) {
     k->gemm[RP_TYPE_Q4_1] = &gemm_q4_1;
     k->gemm[RP_TYPE_Q5_1] = &gemm_q5_1;
     k->act_quant[RP_TYPE_Q8_0] = act_q8_0_avx2;
+    k->act_quant[RP_TYPE_F16] = act_f16_avx2;
     k->act_quant[RP_TYPE_Q8_1] = act_q8_1_avx2;
     k->silu_mul = silu_mul_avx2;
     k->dot_f32 = dot_f32_avx2;

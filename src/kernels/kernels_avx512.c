@@ -60,49 +60,61 @@ static inline void store_tokens(float *y, size_t ldy, __m512 v, int cnt) {
 }
 
 /* ============================================================================
- * F16 weights, F32 activations: every output is one 16-lane accumulator over
- * the row (16 weights per step, the tail masked), reduced with
- * _mm512_reduce_add_ps; vec_dot, gemv and gemm all do exactly that.
+ * F16 weights, F16 activations (rp_kern_act_type): every output is one
+ * 16-lane accumulator over the row (16 weights per step, the tail masked),
+ * reduced with _mm512_reduce_add_ps (llama.cpp's x86 tinyBLAS order, the
+ * scalar twin's); vec_dot, gemv and gemm all do exactly that.
  * ========================================================================== */
 
 static inline __m512 f16x16(const uint16_t *p, __mmask16 m) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
 }
 
+static inline __m512 f16x16u(const uint16_t *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+
 static void vec_dot_f16_avx512(int n, float *s, const void *w, const void *x) {
-    const uint16_t *a = w;
-    const float *b = x;
+    const uint16_t *a = w, *b = x;
     __m512 acc = _mm512_setzero_ps();
     int i = 0;
-    for (; i + 16 <= n; i += 16)
-        acc = _mm512_fmadd_ps(f16x16(a + i, 0xFFFF), _mm512_loadu_ps(b + i), acc);
+    for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(f16x16u(a + i), f16x16u(b + i), acc);
     if (i < n) {
         const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        acc = _mm512_fmadd_ps(f16x16(a + i, m), _mm512_maskz_loadu_ps(m, b + i), acc);
+        acc = _mm512_fmadd_ps(f16x16(a + i, m), f16x16(b + i, m), acc);
     }
     *s = _mm512_reduce_add_ps(acc);
 }
 
+/* Four rows at a time read as four short streams (a row of 1024 weights is 32
+ * cache lines), which the hardware prefetchers follow late: the bytes of the
+ * rows RP_GEMV_AHEAD rows on (the next rows of a tensor's rows, which lie
+ * one after the other) are prefetched as these are read, two lines per step
+ * of 16 weights of the 4 rows. */
+#define RP_GEMV_AHEAD 8
 static void gemv_f16(int n, int nr, const void *w, size_t ldw, const void *x, float *y) {
-    const float *b = x;
+    const uint16_t *b = x;
     int r = 0;
     for (; r + 4 <= nr; r += 4) {
         const uint16_t *a0 = (const uint16_t *)((const char *)w + (size_t)r * ldw);
         const uint16_t *a1 = (const uint16_t *)((const char *)a0 + ldw),
                        *a2 = (const uint16_t *)((const char *)a1 + ldw),
                        *a3 = (const uint16_t *)((const char *)a2 + ldw);
+        const char *pf = (const char *)a0 + RP_GEMV_AHEAD * ldw;
         __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
         int i = 0;
         for (; i + 16 <= n; i += 16) {
-            const __m512 xv = _mm512_loadu_ps(b + i);
-            c0 = _mm512_fmadd_ps(f16x16(a0 + i, 0xFFFF), xv, c0);
-            c1 = _mm512_fmadd_ps(f16x16(a1 + i, 0xFFFF), xv, c1);
-            c2 = _mm512_fmadd_ps(f16x16(a2 + i, 0xFFFF), xv, c2);
-            c3 = _mm512_fmadd_ps(f16x16(a3 + i, 0xFFFF), xv, c3);
+            _mm_prefetch(pf + 8 * i, _MM_HINT_T0);
+            _mm_prefetch(pf + 8 * i + 64, _MM_HINT_T0);
+            const __m512 xv = f16x16u(b + i);
+            c0 = _mm512_fmadd_ps(f16x16u(a0 + i), xv, c0);
+            c1 = _mm512_fmadd_ps(f16x16u(a1 + i), xv, c1);
+            c2 = _mm512_fmadd_ps(f16x16u(a2 + i), xv, c2);
+            c3 = _mm512_fmadd_ps(f16x16u(a3 + i), xv, c3);
         }
         if (i < n) {
             const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-            const __m512 xv = _mm512_maskz_loadu_ps(m, b + i);
+            const __m512 xv = f16x16(b + i, m);
             c0 = _mm512_fmadd_ps(f16x16(a0 + i, m), xv, c0);
             c1 = _mm512_fmadd_ps(f16x16(a1 + i, m), xv, c1);
             c2 = _mm512_fmadd_ps(f16x16(a2 + i, m), xv, c2);
@@ -116,64 +128,104 @@ static void gemv_f16(int n, int nr, const void *w, size_t ldw, const void *x, fl
     for (; r < nr; r++) vec_dot_f16_avx512(n, &y[r], (const char *)w + (size_t)r * ldw, x);
 }
 
-/* 4 rows x 3 tokens per tile. Each 4-row tile is converted to F32 once into
- * scratch (the same values vcvtph2ps gives in vec_dot) and reused for every
- * token, so the inner loop is loads and FMAs; activations are read as they
- * are (no packing). */
+/* A tile of RM rows (F32, converted once into scratch, zero past n to a
+ * multiple of 16) x RN <= 6 tokens (F16, converted as read; the tail masked
+ * to zeros, so the rows' zero padding adds 0 * 0 as vec_dot's masked step). */
+static inline __attribute__((always_inline)) void
+f16_tile(int RM, int RN, int n, const float **a, const uint16_t **b, float *y, size_t ldy) {
+    const int nk = n - n % 16;
+    __m512 c[4][6];
+    UNROLL8
+    for (int i = 0; i < RM; i++) UNROLL8
+    for (int j = 0; j < RN; j++) c[i][j] = _mm512_setzero_ps();
+    for (int k = 0; k < nk; k += 16) {
+        __m512 av[4];
+        UNROLL8
+        for (int i = 0; i < RM; i++) av[i] = _mm512_load_ps(a[i] + k);
+        UNROLL8
+        for (int j = 0; j < RN; j++) {
+            const __m512 bv = f16x16u(b[j] + k);
+            UNROLL8
+            for (int i = 0; i < RM; i++) c[i][j] = _mm512_fmadd_ps(av[i], bv, c[i][j]);
+        }
+    }
+    if (nk < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - nk)) - 1);
+        __m512 av[4];
+        UNROLL8
+        for (int i = 0; i < RM; i++) av[i] = _mm512_load_ps(a[i] + nk);
+        UNROLL8
+        for (int j = 0; j < RN; j++) {
+            const __m512 bv = f16x16(b[j] + nk, m);
+            UNROLL8
+            for (int i = 0; i < RM; i++) c[i][j] = _mm512_fmadd_ps(av[i], bv, c[i][j]);
+        }
+    }
+    UNROLL8
+    for (int j = 0; j < RN; j++) UNROLL8
+    for (int i = 0; i < RM; i++) y[(size_t)j * ldy + (size_t)i] = _mm512_reduce_add_ps(c[i][j]);
+}
+
+#define F16_TILES(RM)                                                                              \
+    static void f16_tile_##RM(int rn, int n, const float **a, const uint16_t **b, float *y,        \
+                              size_t ldy) {                                                        \
+        switch (rn) {                                                                              \
+        case 6:                                                                                    \
+            f16_tile(RM, 6, n, a, b, y, ldy);                                                      \
+            break;                                                                                 \
+        case 5:                                                                                    \
+            f16_tile(RM, 5, n, a, b, y, ldy);                                                      \
+            break;                                                                                 \
+        case 4:                                                                                    \
+            f16_tile(RM, 4, n, a, b, y, ldy);                                                      \
+            break;                                                                                 \
+        case 3:                                                                                    \
+            f16_tile(RM, 3, n, a, b, y, ldy);                                                      \
+            break;                                                                                 \
+        case 2:                                                                                    \
+            f16_tile(RM, 2, n, a, b, y, ldy);                                                      \
+            break;                                                                                 \
+        default:                                                                                   \
+            f16_tile(RM, 1, n, a, b, y, ldy);                                                      \
+            break;                                                                                 \
+        }                                                                                          \
+    }
+F16_TILES(4)
+F16_TILES(1)
+
+/* 4 rows (the last rows one by one) x 6 tokens per tile. Each row tile is
+ * converted to F32 once into scratch (the values vcvtph2ps gives in vec_dot)
+ * and reused for every token; activations are read as they are (no
+ * packing). */
 static void gemm_run_f16(int n, int nr, const void *w, size_t ldw, const void *xp, size_t ldx,
                          int cnt, float *y, size_t ldy, void *scratch) {
-    const int tail = n % 16, nk = n - tail;
+    const int tail = n % 16;
     const __mmask16 mt = (__mmask16)((1u << tail) - 1);
     const size_t stride = rp_align_up((uint64_t)n, 16);
     float *wf = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-    for (int r = 0; r < nr; r += 4) {
-        const int rr = nr - r < 4 ? nr - r : 4;
+    for (int r = 0; r < nr;) {
+        const int rm = nr - r >= 4 ? 4 : 1;
         const float *a[4];
-        for (int i = 0; i < 4; i++) {
-            const uint16_t *src =
-                (const uint16_t *)((const char *)w + (size_t)(r + (i < rr ? i : 0)) * ldw);
+        for (int i = 0; i < rm; i++) {
+            const uint16_t *src = (const uint16_t *)((const char *)w + (size_t)(r + i) * ldw);
             float *dst = wf + (size_t)i * stride;
             int k = 0;
-            for (; k + 16 <= n; k += 16) _mm512_store_ps(dst + k, f16x16(src + k, 0xFFFF));
+            for (; k + 16 <= n; k += 16) _mm512_store_ps(dst + k, f16x16u(src + k));
             if (tail) _mm512_store_ps(dst + k, f16x16(src + k, mt));
             a[i] = dst;
         }
-        for (int t = 0; t < cnt; t += 3) {
-            const int tt = cnt - t < 3 ? cnt - t : 3;
-            const float *b[3];
-            for (int j = 0; j < 3; j++)
-                b[j] = (const float *)((const char *)xp + (size_t)(t + (j < tt ? j : 0)) * ldx);
-            __m512 c[4][3];
-            UNROLL8
-            for (int i = 0; i < 4; i++) UNROLL8
-            for (int j = 0; j < 3; j++) c[i][j] = _mm512_setzero_ps();
-            for (int k = 0; k < nk; k += 16) {
-                const __m512 x0 = _mm512_loadu_ps(b[0] + k), x1 = _mm512_loadu_ps(b[1] + k),
-                             x2 = _mm512_loadu_ps(b[2] + k);
-                UNROLL8
-                for (int i = 0; i < 4; i++) {
-                    const __m512 wv = _mm512_load_ps(a[i] + k);
-                    c[i][0] = _mm512_fmadd_ps(wv, x0, c[i][0]);
-                    c[i][1] = _mm512_fmadd_ps(wv, x1, c[i][1]);
-                    c[i][2] = _mm512_fmadd_ps(wv, x2, c[i][2]);
-                }
-            }
-            if (tail) {
-                const __m512 x0 = _mm512_maskz_loadu_ps(mt, b[0] + nk),
-                             x1 = _mm512_maskz_loadu_ps(mt, b[1] + nk),
-                             x2 = _mm512_maskz_loadu_ps(mt, b[2] + nk);
-                UNROLL8
-                for (int i = 0; i < 4; i++) {
-                    const __m512 wv = _mm512_load_ps(a[i] + nk);
-                    c[i][0] = _mm512_fmadd_ps(wv, x0, c[i][0]);
-                    c[i][1] = _mm512_fmadd_ps(wv, x1, c[i][1]);
-                    c[i][2] = _mm512_fmadd_ps(wv, x2, c[i][2]);
-                }
-            }
-            for (int i = 0; i < rr; i++)
-                for (int j = 0; j < tt; j++)
-                    y[(size_t)(t + j) * ldy + (size_t)(r + i)] = _mm512_reduce_add_ps(c[i][j]);
+        for (int t = 0; t < cnt; t += 6) {
+            const int rn = cnt - t < 6 ? cnt - t : 6;
+            const uint16_t *b[6];
+            for (int j = 0; j < rn; j++)
+                b[j] = (const uint16_t *)((const char *)xp + (size_t)(t + j) * ldx);
+            float *yt = y + (size_t)t * ldy + (size_t)r;
+            if (rm == 4)
+                f16_tile_4(rn, n, a, b, yt, ldy);
+            else
+                f16_tile_1(rn, n, a, b, yt, ldy);
         }
+        r += rm;
     }
 }
 
@@ -182,6 +234,15 @@ static size_t f16_scratch(int n) {
 }
 
 static const rp_gemm_ops gemm_f16 = {NULL, NULL, f16_scratch, gemm_run_f16};
+
+static void act_f16_avx512(const float *x, void *y, int64_t n) {
+    uint16_t *d = y;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(d + i),
+                            _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) d[i] = rp_fp32_to_fp16(x[i]);
+}
 
 /* ============================================================================
  * Blocks of 32 with Q8_0 activations: Q8_0, Q5_0 (lanes), Q4_0, IQ4_NL (rows)
@@ -2535,6 +2596,7 @@ void rp_kernels_fill_avx512(rp_kernels *k) {
     k->act_quant[RP_TYPE_Q8_1] = act_q8_1_avx512;
     k->act_quant[RP_TYPE_Q8_K] = act_q8_K_avx512;
     k->vec_dot[RP_TYPE_F16] = vec_dot_f16_avx512;
+    k->act_quant[RP_TYPE_F16] = act_f16_avx512;
     k->gemv[RP_TYPE_F16] = gemv_f16;
     k->gemm[RP_TYPE_F16] = &gemm_f16;
     k->gemm[RP_TYPE_Q8_0] = &gemm_q8_0;

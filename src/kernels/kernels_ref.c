@@ -56,16 +56,58 @@ static void f32_to_f16_ref(const float *x, uint16_t *y, int n) {
 static void vec_dot_f32_ref(int n, float *s, const void *w, const void *x) {
     *s = dot_f32_ref(n, w, x);
 }
+/* F16 weights take F16 activations (rp_kern_act_type: llama.cpp rounds them
+ * so) and llama.cpp's x86 tinyBLAS arithmetic: 16 lanes over steps of 16
+ * inputs, lane l a fused multiply-add of input i + l, a row's n % 16 tail as
+ * zeros, then rp_reduce16. Its one-token ggml_vec_dot_f16 (4 accumulators
+ * over steps of 64, summed in double) is not followed: a batch here is its
+ * tokens one at a time. */
 static void vec_dot_f16_ref(int n, float *s, const void *w, const void *x) {
-    *s = dot_f16_f32_ref(n, w, x);
+    const uint16_t *a = w, *b = x;
+    float acc[16] = {0};
+    for (int i = 0; i < n; i += 16)
+        for (int l = 0; l < 16; l++) {
+            if (i + l < n)
+                acc[l] = fmaf(rp_fp16_to_fp32(a[i + l]), rp_fp16_to_fp32(b[i + l]), acc[l]);
+            else
+                acc[l] += 0.0f;
+        }
+    *s = rp_reduce16(acc);
+}
+
+/* BF16 weights take BF16 activations (rp_kern_act_type: llama.cpp rounds them
+ * so, rp_fp32_to_bf16) and llama.cpp's AVX512_BF16 arithmetic: 16 lanes over
+ * steps of 32 inputs, lane j of a step taking inputs 2j+1 then 2j, each as a
+ * fused multiply-add of exact products (vdpbf16ps on Zen 5, measured; bf16
+ * subnormal inputs read as zero), a row's n % 32 tail as zero pairs, then
+ * rp_reduce16. The x86 tinyBLAS order (ggml_compute_forward_mul_mat on 2+
+ * tokens); its one-token ggml_vec_dot_bf16 (two accumulators of 32) differs
+ * in the last bits and is not followed: a batch here is its tokens one at a
+ * time. An output flushed to zero by the instruction (a subnormal
+ * accumulator) is not reproduced. */
+static inline float bf16_daz(uint16_t h) {
+    return rp_bf16_to_fp32((h & 0x7f80) ? h : (uint16_t)(h & 0x8000));
+}
+
+static float rp_dot_bf16_ref(int n, const uint16_t *a, const uint16_t *b) {
+    float acc[16] = {0};
+    for (int i = 0; i < n; i += 32)
+        for (int j = 0; j < 16; j++) {
+            const int e = i + 2 * j, o = e + 1;
+            if (o < n)
+                acc[j] = fmaf(bf16_daz(a[o]), bf16_daz(b[o]), acc[j]);
+            else
+                acc[j] += 0.0f;
+            if (e < n)
+                acc[j] = fmaf(bf16_daz(a[e]), bf16_daz(b[e]), acc[j]);
+            else
+                acc[j] += 0.0f;
+        }
+    return rp_reduce16(acc);
 }
 
 static void vec_dot_bf16_ref(int n, float *s, const void *w, const void *x) {
-    const uint16_t *a = w;
-    const float *b = x;
-    float acc = 0;
-    for (int i = 0; i < n; i++) acc += rp_bf16_to_fp32(a[i]) * b[i];
-    *s = acc;
+    *s = rp_dot_bf16_ref(n, w, x);
 }
 
 /* ---- lane helpers ---------------------------------------------------------- */
@@ -500,6 +542,8 @@ void rp_kernels_fill_ref(rp_kernels *k) {
     k->vec_dot[RP_TYPE_F32] = vec_dot_f32_ref;
     k->vec_dot[RP_TYPE_F16] = vec_dot_f16_ref;
     k->vec_dot[RP_TYPE_BF16] = vec_dot_bf16_ref;
+    k->act_quant[RP_TYPE_BF16] = rp_float_to_bf16;
+    k->act_quant[RP_TYPE_F16] = rp_float_to_f16;
     k->vec_dot[RP_TYPE_Q4_0] = vec_dot_q4_0_ref;
     k->vec_dot[RP_TYPE_Q4_1] = vec_dot_q4_1_ref;
     k->vec_dot[RP_TYPE_Q5_0] = vec_dot_q5_0_ref;

@@ -250,7 +250,7 @@ void rp_matmul_n(rp_compute *cc, int n, const rp_tensor *const *w, float *const 
     int done = 0;
     while (done < n) {
         const int type0 = w[done]->type;
-        const int vdt = rp_type_get(type0)->vec_dot_type;
+        const int vdt = rp_kern_act_type(type0);
         int m = 1;
         while (done + m < n && w[done + m]->type == type0 &&
                (w[done + m]->pack != NULL) == (w[done]->pack != NULL))

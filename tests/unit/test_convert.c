@@ -12,6 +12,14 @@
  *    largest value, plus Q8_0 activations in the matmul), which moves the
  *    logits by up to max |Δ| <= 4 u max|logit| on these models (measured:
  *    0.4 to 2.2 u max|logit|).
+ *  - F16 / BF16 on the CPU round the activations of every matmul to F16 /
+ *    BF16 as well (llama.cpp's arithmetic, bit for bit:
+ *    tests/cli/quant_types.sh), which the -f16w / -bf16w references (F32
+ *    activations) do not: against them, NMSE <= 5e-7 for F16 (one fp16
+ *    rounding, relative 2^-12, per activation; measured 6.8e-8 to 1.55e-7,
+ *    max |Δ| 0.0015 to 0.0128) and NMSE <= 3e-5 for BF16 (relative 2^-9;
+ *    measured 3.7e-6 to 1.06e-5, max |Δ| 0.014 to 0.118); max |Δ| is then
+ *    held by the plain bound above.
  * Gemma 3's GELU is evaluated through fp16 by ggml, llama.cpp and reprise
  * (GGML_GELU_FP16: a table indexed by fp16(x)); its tight references are
  * transformers with exactly that table. A pre-activation within F32 noise of
@@ -138,9 +146,14 @@ static void logits_case(const fixture *fx) {
             CHECK(tight && tl == len, "%s", p);
             double d = tight && tl == len ? test_max_abs_diff(tight, got, cnt) : INFINITY;
             double e = tight && tl == len ? test_nmse(tight, got, cnt) : INFINITY;
-            CHECK(d <= fx->tight_max && e <= 1e-10,
-                  "%s %s: max|d| %.3g, NMSE %.3g vs %s (tolerance %g, 1e-10)", fx->name,
-                  rp_type_name(types[k]), d, e, fx->tight[k], fx->tight_max);
+            /* F16 / BF16: activations rounded too (the header) */
+            const bool rounded = types[k] == RP_TYPE_F16 || types[k] == RP_TYPE_BF16;
+            const double dmax = rounded ? INFINITY : fx->tight_max,
+                         emax = types[k] == RP_TYPE_F16    ? 5e-7
+                                : types[k] == RP_TYPE_BF16 ? 3e-5
+                                                           : 1e-10;
+            CHECK(d <= dmax && e <= emax, "%s %s: max|d| %.3g, NMSE %.3g vs %s (tolerance %g, %g)",
+                  fx->name, rp_type_name(types[k]), d, e, fx->tight[k], dmax, emax);
             free(tight);
         }
         double bound =

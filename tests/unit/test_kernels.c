@@ -125,7 +125,7 @@ static bool same_float(float a, float b, bool exact, double scale) {
 static void check_type(rp_isa isa, int type, int n) {
     const rp_kernels *K = rp_kern_for(isa), *R = rp_kern_for(RP_ISA_SCALAR);
     const rp_type_traits *t = rp_type_get(type);
-    const int vdt = t->vec_dot_type, rows = 37, toks = 35;
+    const int vdt = rp_kern_act_type(type), rows = 37, toks = 35;
     const bool quant = vdt != RP_TYPE_F32;
     rp_rng rng;
     rp_rng_seed(&rng, (uint64_t)type * 1000 + (uint64_t)n);
@@ -329,7 +329,7 @@ void test_kernels_act_quant(void) {
     rp_rng_seed(&r, 7);
     for (int isa = RP_ISA_SCALAR + 1; isa <= (int)rp_cpu_isa_max(); isa++) {
         const rp_kernels *K = rp_kern_for((rp_isa)isa), *R = rp_kern_for(RP_ISA_SCALAR);
-        const int vdts[] = {RP_TYPE_Q8_0, RP_TYPE_Q8_1, RP_TYPE_Q8_K};
+        const int vdts[] = {RP_TYPE_Q8_0, RP_TYPE_Q8_1, RP_TYPE_Q8_K, RP_TYPE_BF16, RP_TYPE_F16};
         for (int rep = 0; rep < 9; rep++) {
             for (int j = 0; j < n; j++)
                 x[j] = rep == 0 ? 0.0f
@@ -360,7 +360,7 @@ void test_kernels_act_quant(void) {
                  * inputs give other codes there, equally meaningless */
                 if ((rep == 6 || rep == 8) && isa == RP_ISA_AVX2 && vdts[v] != RP_TYPE_Q8_K)
                     continue;
-                uint8_t a[1200], b[1200];
+                uint8_t a[2048], b[2048];
                 const size_t bytes = rp_row_size(vdts[v], n);
                 memset(a, 0, sizeof a);
                 memset(b, 0, sizeof b);
@@ -445,7 +445,7 @@ void test_kernels_gemm_every_token_count(void) {
             const rp_gemm_ops *gm = K->gemm[type];
             if (!gm) continue;
             const rp_type_traits *t = rp_type_get(type);
-            const int vdt = t->vec_dot_type, n = t->blck_size == 256 ? 512 : 96;
+            const int vdt = rp_kern_act_type(type), n = t->blck_size == 256 ? 512 : 96;
             const bool quant = vdt != RP_TYPE_F32;
             const size_t rb = rp_row_size(type, n),
                          xb = quant ? rp_row_size(vdt, n) : (size_t)n * sizeof(float);
@@ -580,7 +580,7 @@ void test_kernels_matmul_batch_equals_single(void) {
         const int nbt =
             t[0].pack && K->pack_gemm_batch[type] ? rp_matmul_batch_tokens(type, toks) : 0;
         if (nbt) {
-            const int vdt = rp_type_get(type)->vec_dot_type;
+            const int vdt = rp_kern_act_type(type);
             const size_t xb = rp_row_size(vdt, n);
             uint8_t *xq = malloc(xb);
             REQUIRE(xq, "alloc");
@@ -650,7 +650,7 @@ static void check_avx2_gemm(int type, int n) {
     const rp_kernels *K = rp_kern_for(RP_ISA_AVX2);
     const rp_gemm_ops *gm = K->gemm[type];
     const rp_type_traits *t = rp_type_get(type);
-    const int vdt = t->vec_dot_type, toks = 37, maxrows = 37;
+    const int vdt = rp_kern_act_type(type), toks = 37, maxrows = 37;
     const size_t rb = rp_row_size(type, n), xb = rp_row_size(vdt, n), ldy = maxrows + 2;
     const int ng = (toks + RP_GEMM_GROUP - 1) / RP_GEMM_GROUP;
     rp_rng rng;

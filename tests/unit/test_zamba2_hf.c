@@ -95,12 +95,16 @@ static void check_fixture(const char *name) {
                merged ? "merged" : "adapter", d);
     }
     /* F16 matrices (the adapter pair too) against transformers with every
-     * 2-D weight rounded to float16: the same rounding, so the same bound */
+     * 2-D weight rounded to float16. The CPU also rounds each F16 matmul's
+     * activations to float16 (llama.cpp's arithmetic, bit for bit in
+     * tests/cli/quant_types.sh), which the reference does not: one rounding
+     * (relative 2^-12) per activation, measured max |delta| 0.0141 (mem2) and
+     * 0.0274 (mem1); the F32 checks above keep 1e-4 */
     const char *path = convert_fixture(name, false, RP_TYPE_F16);
     REQUIRE(path, "%s: f16 conversion failed", name);
     double d = vs_reference(path, name, "logits-f16w.f32");
-    CHECK(d <= 1e-4,
-          "%s (adapter form, F16): logits max |delta| %.3g > 1e-4 vs transformers (f16 weights)",
+    CHECK(d <= 0.06,
+          "%s (adapter form, F16): logits max |delta| %.3g > 0.06 vs transformers (f16 weights)",
           name, d);
     printf("     %s, adapter form, F16: max|d| vs transformers (f16 weights) %.2e\n", name, d);
 }
