@@ -194,6 +194,8 @@ float rp_reduce16(const float *v);
 void rp_silu_mul_ref(float *gate, const float *up, int n);
 void rp_kernels_fill_avx2(rp_kernels *k);
 void rp_kernels_fill_avx512(rp_kernels *k);
+/* the Q2_K / Q3_K / Q5_K row panels (packk_avx512.c) */
+void rp_packk_fill_avx512(rp_kernels *k);
 /* The attention and KV-cache entries (attn_*.c), filled after the above. */
 void rp_attn_fill_ref(rp_kernels *k);
 void rp_attn_fill_avx2(rp_kernels *k);
