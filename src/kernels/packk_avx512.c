@@ -52,6 +52,17 @@ static inline __m512 d16(const uint8_t *p) {
     return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)p));
 }
 
+/* One token streams the panels once from memory: the lines PK_AHEAD bytes
+ * ahead of a block are fetched while it is computed (the next panel's, at the
+ * end of one: panels are consecutive). */
+#ifndef PK_AHEAD
+#define PK_AHEAD 4096
+#endif
+ALWAYS_INLINE void ahead(const uint8_t *pw, size_t blk, const int TT) {
+    if (TT != 1) return;
+    for (size_t i = 0; i < blk; i += 64) _mm_prefetch((const char *)pw + PK_AHEAD + i, _MM_HINT_T0);
+}
+
 /* block b of row r's panel; the 4-byte groups of a row are [g][16 rows][4] */
 static inline const uint8_t *pblock(const void *packed, int64_t nb, int64_t r, int64_t b,
                                     size_t blk) {
@@ -179,14 +190,81 @@ static void p2k_unpack(int64_t n, const void *packed, int64_t r, int64_t b0, int
     }
 }
 
+/* One token, the tile's exact sums in fewer vector operations (the ports
+ * are the limit, not memory): a register of codes is shifted once, its
+ * crumbs 1 and 3 taken in place (4 x the code), so those groups' scaled sums
+ * gather apart (s4) and are divided by 4 (exactly) once per super-block. */
+ALWAYS_INLINE void p2k_one(const uint8_t *pw, int nb, const uint8_t *xq, const uint8_t *xe,
+                           float *y, int64_t r0, int64_t rows) {
+    const __m512i m3 = _mm512_set1_epi8(3), mc = _mm512_set1_epi8(0x0C),
+                  m4 = _mm512_set1_epi32(0xF);
+    __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+    for (int sb = 0; sb < nb; sb++, pw += P2K_BYTES) {
+        ahead(pw, P2K_BYTES, 1);
+        const block_q8_K *xb = (const block_q8_K *)xq + sb;
+        const uint32_t *bs = (const uint32_t *)xe + 8 * sb;
+        __m512i s1 = _mm512_setzero_si512(), s4 = _mm512_setzero_si512(),
+                ms = _mm512_setzero_si512();
+        UNROLL8
+        for (int h = 0; h < 2; h++) {
+            __m512i a[8]; /* group 8h + 2k + (l >= 4) at a[2k + (l >= 4)] */
+            UNROLL8
+            for (int i = 0; i < 8; i++) a[i] = _mm512_setzero_si512();
+            UNROLL8
+            for (int l = 0; l < 8; l++) {
+                const __m512i w = _mm512_load_si512(pw + (size_t)(h * 8 + l) * 64);
+                const __m512i hi = _mm512_srli_epi16(w, 4);
+                const int8_t *xs = xb->qs + 128 * h + 4 * l;
+                const int j = l >= 4;
+                a[j] = _mm512_dpbusd_epi32(a[j], _mm512_and_si512(w, m3), bc32(xs));
+                a[2 + j] = _mm512_dpbusd_epi32(a[2 + j], _mm512_and_si512(w, mc), bc32(xs + 32));
+                a[4 + j] = _mm512_dpbusd_epi32(a[4 + j], _mm512_and_si512(hi, m3), bc32(xs + 64));
+                a[6 + j] = _mm512_dpbusd_epi32(a[6 + j], _mm512_and_si512(hi, mc), bc32(xs + 96));
+            }
+            UNROLL8
+            for (int k = 0; k < 4; k++) {
+                const int c = 4 * h + k;
+                const __m512i s16 = _mm512_cvtepu8_epi16(
+                    _mm256_load_si256((const __m256i *)(pw + P2K_SC + 32 * c)));
+                const __m512i se = _mm512_and_si512(s16, m4),
+                              so = _mm512_and_si512(_mm512_srli_epi32(s16, 16), m4);
+                if (k % 2)
+                    s4 = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(s4, a[2 * k], se), a[2 * k + 1],
+                                             so);
+                else
+                    s1 = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(s1, a[2 * k], se), a[2 * k + 1],
+                                             so);
+                ms = _mm512_dpwssd_epi32(ms, _mm512_srli_epi16(s16, 4),
+                                         _mm512_set1_epi32((int)bs[c]));
+            }
+        }
+        const __m512i sum = _mm512_add_epi32(s1, _mm512_srai_epi32(s4, 2));
+        const __m512 dx = _mm512_set1_ps(xb->d);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(d16(pw + P2K_D), dx), acc);
+        accm =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(ms), _mm512_mul_ps(d16(pw + P2K_D + 32), dx), accm);
+    }
+    store16(y, r0, rows, _mm512_sub_ps(acc, accm));
+}
+
 /* per token: sum = sum over groups g of sc_g * (codes . x over g) (4 lanes of
- * vpdpbusd per group), msum = sum of min_g * bsums_g */
+ * vpdpbusd per group; a group's sum, |.| <= 16 * 3 * 128, is an int16 and its
+ * scale the dword (sc, 0), so one vpdpwssd adds the exact product), msum =
+ * sum of min_g * bsums_g */
 ALWAYS_INLINE void p2k_tile(TILE_PARAMS) {
+    if (TT == 1) {
+        (void)ldx;
+        (void)lde;
+        (void)ldy;
+        p2k_one(pw, nb, xq, xe, y, r0, rows);
+        return;
+    }
     const __m512i m3 = _mm512_set1_epi8(3), m4 = _mm512_set1_epi32(0xF);
     __m512 acc[4], accm[4];
     UNROLL8
     for (int t = 0; t < TT; t++) acc[t] = accm[t] = _mm512_setzero_ps();
     for (int sb = 0; sb < nb; sb++, pw += P2K_BYTES) {
+        ahead(pw, P2K_BYTES, TT);
         __m512i sum[4], ms[4];
         UNROLL8
         for (int t = 0; t < TT; t++) sum[t] = ms[t] = _mm512_setzero_si512();
@@ -216,8 +294,7 @@ ALWAYS_INLINE void p2k_tile(TILE_PARAMS) {
             const __m512i mn = _mm512_srli_epi16(s16, 4);
             UNROLL8
             for (int t = 0; t < TT; t++) {
-                sum[t] = _mm512_add_epi32(sum[t], _mm512_add_epi32(_mm512_mullo_epi32(a0[t], se),
-                                                                   _mm512_mullo_epi32(a1[t], so)));
+                sum[t] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(sum[t], a0[t], se), a1[t], so);
                 const uint32_t *bs = (const uint32_t *)(xe + (size_t)t * lde) + 8 * sb;
                 ms[t] = _mm512_dpwssd_epi32(ms[t], mn, _mm512_set1_epi32((int)bs[c]));
             }
@@ -299,12 +376,15 @@ static void p3k_unpack(int64_t n, const void *packed, int64_t r, int64_t b0, int
     }
 }
 
+/* as Q2_K's tile, the sums of groups (|.| <= 16 * 7 * 128) times their scales
+ * (sc, 0) by vpdpwssd */
 ALWAYS_INLINE void p3k_tile(TILE_PARAMS) {
     const __m512i m3 = _mm512_set1_epi8(3), m4 = _mm512_set1_epi8(4);
     __m512 acc[4];
     UNROLL8
     for (int t = 0; t < TT; t++) acc[t] = _mm512_setzero_ps();
     for (int sb = 0; sb < nb; sb++, pw += P3K_BYTES) {
+        ahead(pw, P3K_BYTES, TT);
         __m512i sum[4], off[4];
         UNROLL8
         for (int t = 0; t < TT; t++) sum[t] = off[t] = _mm512_setzero_si512();
@@ -331,12 +411,11 @@ ALWAYS_INLINE void p3k_tile(TILE_PARAMS) {
             }
             const __m512i s16 =
                 _mm512_cvtepi8_epi16(_mm256_load_si256((const __m256i *)(pw + P3K_SC + 32 * c)));
-            const __m512i se = _mm512_srai_epi32(_mm512_slli_epi32(s16, 16), 16),
-                          so = _mm512_srai_epi32(s16, 16);
+            const __m512i se = _mm512_and_si512(s16, _mm512_set1_epi32(0xFFFF)),
+                          so = _mm512_srli_epi32(s16, 16);
             UNROLL8
             for (int t = 0; t < TT; t++) {
-                sum[t] = _mm512_add_epi32(sum[t], _mm512_add_epi32(_mm512_mullo_epi32(a0[t], se),
-                                                                   _mm512_mullo_epi32(a1[t], so)));
+                sum[t] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(sum[t], a0[t], se), a1[t], so);
                 const uint32_t *bs = (const uint32_t *)(xe + (size_t)t * lde) + 8 * sb;
                 off[t] = _mm512_dpwssd_epi32(off[t], s16, _mm512_set1_epi32((int)bs[c]));
             }
@@ -457,6 +536,7 @@ ALWAYS_INLINE void p5k_tile(TILE_PARAMS) {
     UNROLL8
     for (int t = 0; t < TT; t++) acc[t] = _mm512_setzero_ps();
     for (int sb = 0; sb < nb; sb++, pw += P5K_BYTES) {
+        ahead(pw, P5K_BYTES, TT);
         __m512i sum[4], ms[4];
         UNROLL8
         for (int t = 0; t < TT; t++) sum[t] = ms[t] = _mm512_setzero_si512();
