@@ -320,8 +320,9 @@ static const rp_pack_ops pack_q2_K = {p2k_bytes,   p2k_pack,   p2k_unpack,
 /* ---- Q3_K (tiled order): per panel and super-block (1856 bytes, padded to
  * cache lines)
  *   u8  qs[2 h][8 l][16 rows][4]  bytes 32h+4l.. of each row's qs
- *   u8  hm[8 l][16 rows][4]       bytes 4l.. of hmask (bit 4h+k: elements
- *                                 128h+32k+4l..)
+ *   u8  hm[8 l][16 rows][4]       bytes 4l.. of hmask, bits 1, 2 and 5, 6
+ *                                 swapped (P3K_BIT: where the bit 4h+k of
+ *                                 elements 128h+32k+4l.. is)
  *   i8  sc[8 p][16 rows][2]       the signed 6-bit scales of groups 2p, 2p+1
  *   u16 d[16]
  * A code's value is u - 4 with u = low bits + 4 * high bit (0..7): the sum
@@ -330,6 +331,15 @@ static const rp_pack_ops pack_q2_K = {p2k_bytes,   p2k_pack,   p2k_unpack,
 #define P3K_HM    1024
 #define P3K_SC    1536
 #define P3K_D     1792
+
+/* the one-token kernel takes chunk c's high bits from two shifted copies per
+ * half: bits (0, 2), (1, 3), (4, 6), (5, 7) hold chunks (0, 1), (2, 3), (4, 5),
+ * (6, 7) */
+#define P3K_BIT(c) ((c) == 1 || (c) == 5 ? (c) + 1 : (c) == 2 || (c) == 6 ? (c)-1 : (c))
+
+static inline uint8_t p3k_swap(uint8_t b) {
+    return (uint8_t)((b & 0x99) | (b & 0x22) << 1 | (b & 0x44) >> 1);
+}
 
 static size_t p3k_bytes(int64_t n, int64_t rows) {
     return (size_t)(panels_of(rows) * (n / QK_K)) * P3K_BYTES;
@@ -347,7 +357,11 @@ static void p3k_pack(int64_t n, int64_t rows, const void *w, size_t ldw, void *d
                 const block_q3_K *x =
                     (const block_q3_K *)((const char *)w + (size_t)row * ldw) + sb;
                 for (int i = 0; i < 16; i++) put4(o, i, r, x->qs + 4 * i);
-                for (int l = 0; l < 8; l++) put4(o + P3K_HM, l, r, x->hmask + 4 * l);
+                for (int l = 0; l < 8; l++) {
+                    uint8_t hm[4];
+                    for (int j = 0; j < 4; j++) hm[j] = p3k_swap(x->hmask[4 * l + j]);
+                    put4(o + P3K_HM, l, r, hm);
+                }
                 for (int g = 0; g < 16; g++)
                     o[P3K_SC + ((g / 2) * 16 + r) * 2 + g % 2] =
                         (uint8_t)(int8_t)rp_q3k_scale(g, x->scales);
@@ -365,6 +379,7 @@ static void p3k_unpack(int64_t n, const void *packed, int64_t r, int64_t b0, int
         const uint8_t *o = pblock(packed, n / QK_K, r, sb, P3K_BYTES);
         for (int i = 0; i < 16; i++) get4(x->qs + 4 * i, o, i, rr);
         for (int l = 0; l < 8; l++) get4(x->hmask + 4 * l, o + P3K_HM, l, rr);
+        for (int i = 0; i < 32; i++) x->hmask[i] = p3k_swap(x->hmask[i]);
         int v[16];
         for (int g = 0; g < 16; g++)
             v[g] = (int8_t)o[P3K_SC + ((g / 2) * 16 + rr) * 2 + g % 2] + 32;
@@ -376,9 +391,77 @@ static void p3k_unpack(int64_t n, const void *packed, int64_t r, int64_t b0, int
     }
 }
 
+/* One token, as p2k_one: codes shifted once per register, crumbs 1 and 3 in
+ * place with their high bit at bit 4 (4 x the code: those groups' sums are
+ * divided by 4 exactly before the scale), the high bits of a half from two
+ * shifted copies of hm. */
+ALWAYS_INLINE void p3k_one(const uint8_t *pw, int nb, const uint8_t *xq, const uint8_t *xe,
+                           float *y, int64_t r0, int64_t rows) {
+    const __m512i m3 = _mm512_set1_epi8(3), mc = _mm512_set1_epi8(0x0C), b2 = _mm512_set1_epi8(4),
+                  b4 = _mm512_set1_epi8(0x10), lo16 = _mm512_set1_epi32(0xFFFF);
+    __m512 acc = _mm512_setzero_ps();
+    for (int sb = 0; sb < nb; sb++, pw += P3K_BYTES) {
+        ahead(pw, P3K_BYTES, 1);
+        const block_q8_K *xb = (const block_q8_K *)xq + sb;
+        const uint32_t *bs = (const uint32_t *)xe + 8 * sb;
+        __m512i sum = _mm512_setzero_si512(), off = _mm512_setzero_si512();
+        UNROLL8
+        for (int h = 0; h < 2; h++) {
+            __m512i a[8]; /* group 8h + 2k + (l >= 4) at a[2k + (l >= 4)] */
+            UNROLL8
+            for (int i = 0; i < 8; i++) a[i] = _mm512_setzero_si512();
+            UNROLL8
+            for (int l = 0; l < 8; l++) {
+                const __m512i w = _mm512_load_si512(pw + (size_t)(h * 8 + l) * 64);
+                const __m512i hm = _mm512_load_si512(pw + P3K_HM + (size_t)l * 64);
+                const __m512i hi = _mm512_srli_epi16(w, 4);
+                /* chunk 4h + k's high bit at bit 2 (k even) or 4 (k odd) */
+                const __m512i e = h ? _mm512_srli_epi16(hm, 2) : _mm512_slli_epi16(hm, 2);
+                const __m512i o = h ? _mm512_srli_epi16(hm, 3) : _mm512_slli_epi16(hm, 1);
+                const int8_t *xs = xb->qs + 128 * h + 4 * l;
+                const int j = l >= 4;
+                a[j] = _mm512_dpbusd_epi32(
+                    a[j], _mm512_ternarylogic_epi32(_mm512_and_si512(w, m3), e, b2, OR_AND),
+                    bc32(xs));
+                a[2 + j] = _mm512_dpbusd_epi32(
+                    a[2 + j], _mm512_ternarylogic_epi32(_mm512_and_si512(w, mc), e, b4, OR_AND),
+                    bc32(xs + 32));
+                a[4 + j] = _mm512_dpbusd_epi32(
+                    a[4 + j], _mm512_ternarylogic_epi32(_mm512_and_si512(hi, m3), o, b2, OR_AND),
+                    bc32(xs + 64));
+                a[6 + j] = _mm512_dpbusd_epi32(
+                    a[6 + j], _mm512_ternarylogic_epi32(_mm512_and_si512(hi, mc), o, b4, OR_AND),
+                    bc32(xs + 96));
+            }
+            UNROLL8
+            for (int k = 0; k < 4; k++) {
+                const int c = 4 * h + k;
+                const __m512i s16 = _mm512_cvtepi8_epi16(
+                    _mm256_load_si256((const __m256i *)(pw + P3K_SC + 32 * c)));
+                const __m512i ae = k % 2 ? _mm512_srai_epi32(a[2 * k], 2) : a[2 * k];
+                const __m512i ao = k % 2 ? _mm512_srai_epi32(a[2 * k + 1], 2) : a[2 * k + 1];
+                sum = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(sum, ae, _mm512_and_si512(s16, lo16)),
+                                          ao, _mm512_srli_epi32(s16, 16));
+                off = _mm512_dpwssd_epi32(off, s16, _mm512_set1_epi32((int)bs[c]));
+            }
+        }
+        const __m512i s = _mm512_sub_epi32(sum, _mm512_slli_epi32(off, 2));
+        acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), d16(pw + P3K_D)),
+                              _mm512_set1_ps(xb->d), acc);
+    }
+    store16(y, r0, rows, acc);
+}
+
 /* as Q2_K's tile, the sums of groups (|.| <= 16 * 7 * 128) times their scales
  * (sc, 0) by vpdpwssd */
 ALWAYS_INLINE void p3k_tile(TILE_PARAMS) {
+    if (TT == 1) {
+        (void)ldx;
+        (void)lde;
+        (void)ldy;
+        p3k_one(pw, nb, xq, xe, y, r0, rows);
+        return;
+    }
     const __m512i m3 = _mm512_set1_epi8(3), m4 = _mm512_set1_epi8(4);
     __m512 acc[4];
     UNROLL8
@@ -399,7 +482,8 @@ ALWAYS_INLINE void p3k_tile(TILE_PARAMS) {
                 const __m512i w = _mm512_load_si512(pw + (size_t)(h * 8 + l) * 64);
                 const __m512i hm = _mm512_load_si512(pw + P3K_HM + (size_t)l * 64);
                 const __m512i lo = _mm512_and_si512(_mm512_srli_epi16(w, (unsigned)(2 * k)), m3);
-                const __m512i u = _mm512_ternarylogic_epi32(lo, bit_to(hm, c, 2), m4, OR_AND);
+                const __m512i u =
+                    _mm512_ternarylogic_epi32(lo, bit_to(hm, P3K_BIT(c), 2), m4, OR_AND);
                 UNROLL8
                 for (int t = 0; t < TT; t++) {
                     const __m512i xv = bc32(XQ(t, sb).qs + 128 * h + 32 * k + 4 * l);
