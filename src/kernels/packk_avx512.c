@@ -102,30 +102,31 @@ static void pk16_xprep(int n, const void *xq, void *xe) {
             o[8 * sb + p] = pr16(x[sb].bsums[2 * p], x[sb].bsums[2 * p + 1]);
 }
 
-/* gemm over panels [p0, p1) for nt tokens, in tiles of at most 4 tokens */
-#define PK_GEMM(name, TILE, blk)                                                                   \
+/* gemm over panels [p0, p1) for nt tokens, in tiles of at most TT_MAX (<= 6)
+ * tokens */
+#define PK_CASE(k, TILE, TT_MAX)                                                                   \
+    case k:                                                                                        \
+        TILE(pw, nb, x0, ldx, e0, lde, y0, ldy, p * 16, rows, (k) <= (TT_MAX) ? (k) : 1);          \
+        break;
+#define PK_GEMM(name, TILE, blk, TT_MAX)                                                           \
     static void name(int n, int64_t rows, const void *packed, int64_t p0, int64_t p1, int nt,      \
                      const void *xq, size_t ldx, const void *xe, size_t lde, float *y,             \
                      size_t ldy) {                                                                 \
         const int nb = n / QK_K;                                                                   \
         for (int64_t p = p0; p < p1; p++) {                                                        \
             const uint8_t *pw = (const uint8_t *)packed + (size_t)(p * nb) * (blk);                \
-            for (int t0 = 0; t0 < nt; t0 += 4) {                                                   \
+            for (int t0 = 0; t0 < nt; t0 += (TT_MAX)) {                                            \
                 const uint8_t *x0 = (const uint8_t *)xq + (size_t)t0 * ldx;                        \
                 const uint8_t *e0 = (const uint8_t *)xe + (size_t)t0 * lde;                        \
                 float *y0 = y + (size_t)t0 * ldy;                                                  \
-                switch (nt - t0 < 4 ? nt - t0 : 4) {                                               \
-                case 1:                                                                            \
-                    TILE(pw, nb, x0, ldx, e0, lde, y0, ldy, p * 16, rows, 1);                      \
-                    break;                                                                         \
-                case 2:                                                                            \
-                    TILE(pw, nb, x0, ldx, e0, lde, y0, ldy, p * 16, rows, 2);                      \
-                    break;                                                                         \
-                case 3:                                                                            \
-                    TILE(pw, nb, x0, ldx, e0, lde, y0, ldy, p * 16, rows, 3);                      \
-                    break;                                                                         \
+                switch (nt - t0 < (TT_MAX) ? nt - t0 : (TT_MAX)) {                                 \
+                    PK_CASE(1, TILE, TT_MAX)                                                       \
+                    PK_CASE(2, TILE, TT_MAX)                                                       \
+                    PK_CASE(3, TILE, TT_MAX)                                                       \
+                    PK_CASE(4, TILE, TT_MAX)                                                       \
+                    PK_CASE(5, TILE, TT_MAX)                                                       \
                 default:                                                                           \
-                    TILE(pw, nb, x0, ldx, e0, lde, y0, ldy, p * 16, rows, 4);                      \
+                    TILE(pw, nb, x0, ldx, e0, lde, y0, ldy, p * 16, rows, 6 <= (TT_MAX) ? 6 : 1);  \
                     break;                                                                         \
                 }                                                                                  \
             }                                                                                      \
@@ -312,7 +313,7 @@ ALWAYS_INLINE void p2k_tile(TILE_PARAMS) {
         store16(y + (size_t)t * ldy, r0, rows, _mm512_sub_ps(acc[t], accm[t]));
 }
 
-PK_GEMM(p2k_gemm, p2k_tile, P2K_BYTES)
+PK_GEMM(p2k_gemm, p2k_tile, P2K_BYTES, 4)
 
 static const rp_pack_ops pack_q2_K = {p2k_bytes,   p2k_pack,   p2k_unpack,
                                       pk16_xbytes, pk16_xprep, p2k_gemm};
@@ -516,7 +517,7 @@ ALWAYS_INLINE void p3k_tile(TILE_PARAMS) {
     for (int t = 0; t < TT; t++) store16(y + (size_t)t * ldy, r0, rows, acc[t]);
 }
 
-PK_GEMM(p3k_gemm, p3k_tile, P3K_BYTES)
+PK_GEMM(p3k_gemm, p3k_tile, P3K_BYTES, 4)
 
 static const rp_pack_ops pack_q3_K = {p3k_bytes,   p3k_pack,   p3k_unpack,
                                       pk16_xbytes, pk16_xprep, p3k_gemm};
@@ -616,17 +617,17 @@ static void p5k_xprep(int n, const void *xq, void *xe) {
 
 ALWAYS_INLINE void p5k_tile(TILE_PARAMS) {
     const __m512i m4 = _mm512_set1_epi8(0xF), m16 = _mm512_set1_epi8(0x10);
-    __m512 acc[4];
+    __m512 acc[6];
     UNROLL8
     for (int t = 0; t < TT; t++) acc[t] = _mm512_setzero_ps();
     for (int sb = 0; sb < nb; sb++, pw += P5K_BYTES) {
         ahead(pw, P5K_BYTES, TT);
-        __m512i sum[4], ms[4];
+        __m512i sum[6], ms[6];
         UNROLL8
         for (int t = 0; t < TT; t++) sum[t] = ms[t] = _mm512_setzero_si512();
         UNROLL8
         for (int c = 0; c < 4; c++) {
-            __m512i a0[4], a1[4];
+            __m512i a0[6], a1[6];
             UNROLL8
             for (int t = 0; t < TT; t++) a0[t] = a1[t] = _mm512_setzero_si512();
             UNROLL8
@@ -649,12 +650,17 @@ ALWAYS_INLINE void p5k_tile(TILE_PARAMS) {
                 _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(pw + P5K_SC + 32 * c)));
             const __m512i sc1 =
                 _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(pw + P5K_SC + 32 * c + 16)));
+            UNROLL8
+            for (int t = 0; t < TT; t++)
+                sum[t] = _mm512_add_epi32(sum[t], _mm512_add_epi32(_mm512_mullo_epi32(a0[t], sc0),
+                                                                   _mm512_mullo_epi32(a1[t], sc1)));
+        }
+        UNROLL8
+        for (int c = 0; c < 4; c++) {
             const __m512i mn =
                 _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *)(pw + P5K_MN + 32 * c)));
             UNROLL8
             for (int t = 0; t < TT; t++) {
-                sum[t] = _mm512_add_epi32(sum[t], _mm512_add_epi32(_mm512_mullo_epi32(a0[t], sc0),
-                                                                   _mm512_mullo_epi32(a1[t], sc1)));
                 const uint32_t *S = (const uint32_t *)(xe + (size_t)t * lde) + 4 * sb;
                 ms[t] = _mm512_dpwssd_epi32(ms[t], mn, _mm512_set1_epi32((int)S[c]));
             }
@@ -671,7 +677,7 @@ ALWAYS_INLINE void p5k_tile(TILE_PARAMS) {
     for (int t = 0; t < TT; t++) store16(y + (size_t)t * ldy, r0, rows, acc[t]);
 }
 
-PK_GEMM(p5k_gemm, p5k_tile, P5K_BYTES)
+PK_GEMM(p5k_gemm, p5k_tile, P5K_BYTES, 6)
 
 static const rp_pack_ops pack_q5_K = {p5k_bytes,  p5k_pack,  p5k_unpack,
                                       p5k_xbytes, p5k_xprep, p5k_gemm};
