@@ -20,6 +20,7 @@ static void build(void) {
         }
         if (l >= RP_ISA_AVX512) {
             rp_kernels_fill_avx512(k);
+            rp_packk_fill_avx512(k);
             rp_attn_fill_avx512(k);
             rp_act_fill_avx512(k);
             if (rp_cpu_has_avx512bf16()) rp_kernels_fill_avx512_bf16(k);

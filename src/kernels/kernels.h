@@ -202,6 +202,8 @@ void rp_kernels_fill_avx512_bf16(rp_kernels *k);
  * rounds the activations of those matmuls so; the F32 of vec_dot_type is
  * what the other backends take). */
 int rp_kern_act_type(int type);
+/* the Q2_K / Q3_K / Q5_K row panels (packk_avx512.c) */
+void rp_packk_fill_avx512(rp_kernels *k);
 /* The attention and KV-cache entries (attn_*.c), filled after the above. */
 void rp_attn_fill_ref(rp_kernels *k);
 void rp_attn_fill_avx2(rp_kernels *k);
