@@ -512,7 +512,9 @@ static void vec_dot_q6_K_avx2(int n, float *s, const void *w, const void *x) {
         __m256i sumi = _mm256_setzero_si256();
         UNROLL
         for (int h = 0; h < 2; h++) {
-            const __m256i sch = _mm256_permute2x128_si256(sc16, sc16, h ? 0x11 : 0x00);
+            /* (an immediate at every optimization level, unlike h ? 0x11 : 0x00) */
+            const __m256i sch = h ? _mm256_permute2x128_si256(sc16, sc16, 0x11)
+                                  : _mm256_permute2x128_si256(sc16, sc16, 0x00);
             const __m256i l0 = _mm256_loadu_si256((const __m256i *)(a[i].ql + 64 * h));
             const __m256i l1 = _mm256_loadu_si256((const __m256i *)(a[i].ql + 64 * h + 32));
             const __m256i hb = _mm256_loadu_si256((const __m256i *)(a[i].qh + 32 * h));
