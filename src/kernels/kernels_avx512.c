@@ -1503,7 +1503,9 @@ static size_t p8_xbytes(int n) {
     return (size_t)(n / 32) * 36;
 }
 
-static void p8_xprep(int n, const void *xq, void *xe) {
+/* per block of Q8_0 activations: -(1 << shift) * each lane's sum (the
+ * weights' unsigned offset times the activations), then the scale */
+static void lane_corr_xprep(int n, const void *xq, void *xe, int shift) {
     const block_q8_0 *x = xq;
     int32_t *corr = xe;
     float *dx = (float *)(corr + (size_t)(n / 32) * 8);
@@ -1511,9 +1513,13 @@ static void p8_xprep(int n, const void *xq, void *xe) {
         const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1),
                                               _mm256_loadu_si256((const __m256i *)x[b].qs));
         _mm256_storeu_si256((__m256i *)(corr + 8 * b),
-                            _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s, 7)));
+                            _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s, shift)));
         dx[b] = f16(x[b].d);
     }
+}
+
+static void p8_xprep(int n, const void *xq, void *xe) {
+    lane_corr_xprep(n, xq, xe, 7);
 }
 
 /* per token and lane: acc[l] = fma(dw * dx, lane sum, acc[l]) */
@@ -1748,16 +1754,7 @@ static size_t p5_xbytes_min(int n) {
 }
 
 static void p5_xprep_q5_0(int n, const void *xq, void *xe) {
-    const block_q8_0 *x = xq;
-    int32_t *corr = xe;
-    float *dx = (float *)(corr + (size_t)(n / 32) * 8);
-    for (int b = 0; b < n / 32; b++) {
-        const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1),
-                                              _mm256_loadu_si256((const __m256i *)x[b].qs));
-        _mm256_storeu_si256((__m256i *)(corr + 8 * b),
-                            _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s, 4)));
-        dx[b] = f16(x[b].d);
-    }
+    lane_corr_xprep(n, xq, xe, 4);
 }
 
 static void p5_xprep_min(int n, const void *xq, void *xe) {
