@@ -7,7 +7,8 @@
 #            or A.h (quoted includes of src/ headers; public and system headers
 #            are leaves).
 #   --calls  A node is a .c file. An edge A -> B when A names a function that
-#            B defines (a non-static definition in column 0, clang-formatted):
+#            B defines (a non-static definition in column 0, clang-formatted;
+#            names in comments do not count):
 #            catches the cycles a shared header hides (two files that call each
 #            other through one header, as vocab.c and vocab_bpe.c once did).
 #            A *_stub.c file stands in for a module a build leaves out (the
@@ -52,7 +53,8 @@ call_edges() { # "from to": a file, a file whose function it names
             }' "$f"
     done | sort -u > "$tmp/defs"
     for f in $(find src -name '*.c' | sort); do
-        grep -oE '\b[A-Za-z_][A-Za-z0-9_]*\b' "$f" | sort -u |
+        # comments name functions without calling them: strip them first
+        gcc -fpreprocessed -dD -E -P "$f" 2>/dev/null | grep -oE '\b[A-Za-z_][A-Za-z0-9_]*\b' | sort -u |
             join - "$tmp/defs" | awk -v f="${f#src/}" '$2 != f { print f, $2 }'
     done
 }
