@@ -134,8 +134,25 @@ static void f32_to_f16_avx2(const float *x, uint16_t *y, int n) {
     for (; i < n; i++) y[i] = rp_fp32_to_fp16(x[i]);
 }
 
+/* F32 weights: the scalar twin's order (its 16 lanes as two halves) */
+static inline __m256 f32x8(const float *p, int cnt) {
+    if (cnt >= 8) return _mm256_loadu_ps(p);
+    float t[8] = {0};
+    memcpy(t, p, (size_t)(cnt > 0 ? cnt : 0) * 4);
+    return _mm256_loadu_ps(t);
+}
+
 static void vec_dot_f32_avx2(int n, float *s, const void *w, const void *x) {
-    *s = dot_f32_avx2(n, w, x);
+    const float *a = w, *b = x;
+    __m256 lo = _mm256_setzero_ps(), hi = lo;
+    for (int i = 0; i < n; i += 16) {
+        lo = _mm256_fmadd_ps(f32x8(a + i, n - i), f32x8(b + i, n - i), lo);
+        hi = _mm256_fmadd_ps(f32x8(a + i + 8, n - i - 8), f32x8(b + i + 8, n - i - 8), hi);
+    }
+    float l[16];
+    _mm256_storeu_ps(l, lo);
+    _mm256_storeu_ps(l + 8, hi);
+    *s = rp_reduce16(l);
 }
 /* F16 activations, the order of the scalar twin: its 16 lanes as two halves */
 static inline __m256 f16x8(const uint16_t *p, int cnt) {

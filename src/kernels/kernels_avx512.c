@@ -60,10 +60,12 @@ static inline void store_tokens(float *y, size_t ldy, __m512 v, int cnt) {
 }
 
 /* ============================================================================
- * F16 weights, F16 activations (rp_kern_act_type): every output is one
- * 16-lane accumulator over the row (16 weights per step, the tail masked),
- * reduced with _mm512_reduce_add_ps (llama.cpp's x86 tinyBLAS order, the
- * scalar twin's); vec_dot, gemv and gemm all do exactly that.
+ * Float weights: F16 with F16 activations (rp_kern_act_type), F32 with F32
+ * ones. Every output is one 16-lane accumulator over the row (16 inputs per
+ * step, the tail masked to zeros), reduced with _mm512_reduce_add_ps:
+ * llama.cpp's x86 tinyBLAS order, the scalar twins'. vec_dot, gemv and gemm
+ * all do exactly that; the gemm multiplies F32 values (F16 widened once,
+ * exactly) so its inner step is loads and FMAs only.
  * ========================================================================== */
 
 static inline __m512 f16x16(const uint16_t *p, __mmask16 m) {
@@ -74,65 +76,94 @@ static inline __m512 f16x16u(const uint16_t *p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 }
 
-static void vec_dot_f16_avx512(int n, float *s, const void *w, const void *x) {
-    const uint16_t *a = w, *b = x;
-    __m512 acc = _mm512_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(f16x16u(a + i), f16x16u(b + i), acc);
-    if (i < n) {
-        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        acc = _mm512_fmadd_ps(f16x16(a + i, m), f16x16(b + i, m), acc);
-    }
-    *s = _mm512_reduce_add_ps(acc);
+/* 16 inputs of a float row (F16 when h), the lanes past m zero */
+static inline __attribute__((always_inline)) __m512 fl16(bool h, const void *p, int i,
+                                                         __mmask16 m) {
+    return h ? f16x16((const uint16_t *)p + i, m) : _mm512_maskz_loadu_ps(m, (const float *)p + i);
 }
 
-/* Four rows at a time read as four short streams (a row of 1024 weights is 32
- * cache lines), which the hardware prefetchers follow late: the bytes of the
- * rows RP_GEMV_AHEAD rows on (the next rows of a tensor's rows, which lie
- * one after the other) are prefetched as these are read, two lines per step
- * of 16 weights of the 4 rows. */
+static inline __attribute__((always_inline)) __m512 fl16u(bool h, const void *p, int i) {
+    return h ? f16x16u((const uint16_t *)p + i) : _mm512_loadu_ps((const float *)p + i);
+}
+
+static inline __attribute__((always_inline)) float fdot(bool h, int n, const void *a,
+                                                        const void *b) {
+    __m512 acc = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(fl16u(h, a, i), fl16u(h, b, i), acc);
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        acc = _mm512_fmadd_ps(fl16(h, a, i, m), fl16(h, b, i, m), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+static void vec_dot_f16_avx512(int n, float *s, const void *w, const void *x) {
+    *s = fdot(true, n, w, x);
+}
+
+static void vec_dot_f32_avx512(int n, float *s, const void *w, const void *x) {
+    *s = fdot(false, n, w, x);
+}
+
+/* Four rows at a time read as four short streams (a row of 1024 weights is 16
+ * or 32 cache lines), which the hardware prefetchers follow late: the bytes
+ * of the rows RP_GEMV_AHEAD rows on (the next rows of a tensor's rows, which
+ * lie one after the other) are prefetched as these are read, as many lines
+ * per step of 16 inputs as the 4 rows' step covers (2 for F16, 4 for F32). */
 #define RP_GEMV_AHEAD 8
-static void gemv_f16(int n, int nr, const void *w, size_t ldw, const void *x, float *y) {
-    const uint16_t *b = x;
+static inline __attribute__((always_inline)) void
+fgemv(bool h, int n, int nr, const void *w, size_t ldw, const void *x, float *y) {
+    const size_t es = h ? 2 : 4; /* bytes per input */
     int r = 0;
     for (; r + 4 <= nr; r += 4) {
-        const uint16_t *a0 = (const uint16_t *)((const char *)w + (size_t)r * ldw);
-        const uint16_t *a1 = (const uint16_t *)((const char *)a0 + ldw),
-                       *a2 = (const uint16_t *)((const char *)a1 + ldw),
-                       *a3 = (const uint16_t *)((const char *)a2 + ldw);
-        const char *pf = (const char *)a0 + RP_GEMV_AHEAD * ldw;
+        const char *a0 = (const char *)w + (size_t)r * ldw, *a1 = a0 + ldw, *a2 = a1 + ldw,
+                   *a3 = a2 + ldw;
+        const char *pf = a0 + RP_GEMV_AHEAD * ldw;
         __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
         int i = 0;
         for (; i + 16 <= n; i += 16) {
-            _mm_prefetch(pf + 8 * i, _MM_HINT_T0);
-            _mm_prefetch(pf + 8 * i + 64, _MM_HINT_T0);
-            const __m512 xv = f16x16u(b + i);
-            c0 = _mm512_fmadd_ps(f16x16u(a0 + i), xv, c0);
-            c1 = _mm512_fmadd_ps(f16x16u(a1 + i), xv, c1);
-            c2 = _mm512_fmadd_ps(f16x16u(a2 + i), xv, c2);
-            c3 = _mm512_fmadd_ps(f16x16u(a3 + i), xv, c3);
+            for (size_t l = 0; l < es / 2; l++) {
+                _mm_prefetch(pf + 4 * es * (size_t)i + 128 * l, _MM_HINT_T0);
+                _mm_prefetch(pf + 4 * es * (size_t)i + 128 * l + 64, _MM_HINT_T0);
+            }
+            const __m512 xv = fl16u(h, x, i);
+            c0 = _mm512_fmadd_ps(fl16u(h, a0, i), xv, c0);
+            c1 = _mm512_fmadd_ps(fl16u(h, a1, i), xv, c1);
+            c2 = _mm512_fmadd_ps(fl16u(h, a2, i), xv, c2);
+            c3 = _mm512_fmadd_ps(fl16u(h, a3, i), xv, c3);
         }
         if (i < n) {
             const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-            const __m512 xv = f16x16(b + i, m);
-            c0 = _mm512_fmadd_ps(f16x16(a0 + i, m), xv, c0);
-            c1 = _mm512_fmadd_ps(f16x16(a1 + i, m), xv, c1);
-            c2 = _mm512_fmadd_ps(f16x16(a2 + i, m), xv, c2);
-            c3 = _mm512_fmadd_ps(f16x16(a3 + i, m), xv, c3);
+            const __m512 xv = fl16(h, x, i, m);
+            c0 = _mm512_fmadd_ps(fl16(h, a0, i, m), xv, c0);
+            c1 = _mm512_fmadd_ps(fl16(h, a1, i, m), xv, c1);
+            c2 = _mm512_fmadd_ps(fl16(h, a2, i, m), xv, c2);
+            c3 = _mm512_fmadd_ps(fl16(h, a3, i, m), xv, c3);
         }
         y[r] = _mm512_reduce_add_ps(c0);
         y[r + 1] = _mm512_reduce_add_ps(c1);
         y[r + 2] = _mm512_reduce_add_ps(c2);
         y[r + 3] = _mm512_reduce_add_ps(c3);
     }
-    for (; r < nr; r++) vec_dot_f16_avx512(n, &y[r], (const char *)w + (size_t)r * ldw, x);
+    for (; r < nr; r++) y[r] = fdot(h, n, (const char *)w + (size_t)r * ldw, x);
 }
 
-/* A tile of RM rows (F32, converted once into scratch, zero past n to a
- * multiple of 16) x RN <= 6 tokens (F16, converted as read; the tail masked
- * to zeros, so the rows' zero padding adds 0 * 0 as vec_dot's masked step). */
-static inline __attribute__((always_inline)) void
-f16_tile(int RM, int RN, int n, const float **a, const uint16_t **b, float *y, size_t ldy) {
+static void gemv_f16(int n, int nr, const void *w, size_t ldw, const void *x, float *y) {
+    fgemv(true, n, nr, w, ldw, x, y);
+}
+
+/* F32 weights have no gemv: four F32 row streams generate slower than one
+ * row after another through vec_dot (tg32 of the Qwen3-0.6B shape at -t 1,
+ * Zen 4: 5.7-6.2 t/s against 7.4-7.7). */
+
+/* A tile of RM <= 4 rows (F32) x RN <= 6 tokens (F16 when hb, widened as
+ * read, else F32), the tail past the last multiple of 16 masked to zeros as
+ * vec_dot's masked step: 24 accumulators, 4 + 6 loads per 24 FMAs. */
+static inline __attribute__((always_inline)) void f32_tile(bool hb, int RM, int RN, int n,
+                                                           const float *const *a,
+                                                           const void *const *b, float *y,
+                                                           size_t ldy) {
     const int nk = n - n % 16;
     __m512 c[4][6];
     UNROLL8
@@ -141,10 +172,10 @@ f16_tile(int RM, int RN, int n, const float **a, const uint16_t **b, float *y, s
     for (int k = 0; k < nk; k += 16) {
         __m512 av[4];
         UNROLL8
-        for (int i = 0; i < RM; i++) av[i] = _mm512_load_ps(a[i] + k);
+        for (int i = 0; i < RM; i++) av[i] = _mm512_loadu_ps(a[i] + k);
         UNROLL8
         for (int j = 0; j < RN; j++) {
-            const __m512 bv = f16x16u(b[j] + k);
+            const __m512 bv = fl16u(hb, b[j], k);
             UNROLL8
             for (int i = 0; i < RM; i++) c[i][j] = _mm512_fmadd_ps(av[i], bv, c[i][j]);
         }
@@ -153,10 +184,10 @@ f16_tile(int RM, int RN, int n, const float **a, const uint16_t **b, float *y, s
         const __mmask16 m = (__mmask16)((1u << (n - nk)) - 1);
         __m512 av[4];
         UNROLL8
-        for (int i = 0; i < RM; i++) av[i] = _mm512_load_ps(a[i] + nk);
+        for (int i = 0; i < RM; i++) av[i] = _mm512_maskz_loadu_ps(m, a[i] + nk);
         UNROLL8
         for (int j = 0; j < RN; j++) {
-            const __m512 bv = f16x16(b[j] + nk, m);
+            const __m512 bv = fl16(hb, b[j], nk, m);
             UNROLL8
             for (int i = 0; i < RM; i++) c[i][j] = _mm512_fmadd_ps(av[i], bv, c[i][j]);
         }
@@ -166,45 +197,103 @@ f16_tile(int RM, int RN, int n, const float **a, const uint16_t **b, float *y, s
     for (int i = 0; i < RM; i++) y[(size_t)j * ldy + (size_t)i] = _mm512_reduce_add_ps(c[i][j]);
 }
 
-#define F16_TILES(RM)                                                                              \
-    static void f16_tile_##RM(int rn, int n, const float **a, const uint16_t **b, float *y,        \
-                              size_t ldy) {                                                        \
+#define F32_TILES(HB, RM, NAME)                                                                    \
+    static void NAME(int rn, int n, const float *const *a, const void *const *b, float *y,         \
+                     size_t ldy) {                                                                 \
         switch (rn) {                                                                              \
         case 6:                                                                                    \
-            f16_tile(RM, 6, n, a, b, y, ldy);                                                      \
+            f32_tile(HB, RM, 6, n, a, b, y, ldy);                                                  \
             break;                                                                                 \
         case 5:                                                                                    \
-            f16_tile(RM, 5, n, a, b, y, ldy);                                                      \
+            f32_tile(HB, RM, 5, n, a, b, y, ldy);                                                  \
             break;                                                                                 \
         case 4:                                                                                    \
-            f16_tile(RM, 4, n, a, b, y, ldy);                                                      \
+            f32_tile(HB, RM, 4, n, a, b, y, ldy);                                                  \
             break;                                                                                 \
         case 3:                                                                                    \
-            f16_tile(RM, 3, n, a, b, y, ldy);                                                      \
+            f32_tile(HB, RM, 3, n, a, b, y, ldy);                                                  \
             break;                                                                                 \
         case 2:                                                                                    \
-            f16_tile(RM, 2, n, a, b, y, ldy);                                                      \
+            f32_tile(HB, RM, 2, n, a, b, y, ldy);                                                  \
             break;                                                                                 \
         default:                                                                                   \
-            f16_tile(RM, 1, n, a, b, y, ldy);                                                      \
+            f32_tile(HB, RM, 1, n, a, b, y, ldy);                                                  \
             break;                                                                                 \
         }                                                                                          \
     }
-F16_TILES(4)
-F16_TILES(1)
+F32_TILES(false, 4, f32_tile_4)
+F32_TILES(false, 1, f32_tile_1)
+F32_TILES(true, 4, f16_tile_4)
+F32_TILES(true, 1, f16_tile_1)
 
-/* 4 rows (the last rows one by one) x 6 tokens per tile. Each row tile is
- * converted to F32 once into scratch (the values vcvtph2ps gives in vec_dot)
- * and reused for every token; activations are read as they are (no
- * packing). */
+/* the rows [r, r + nr) of w (the next ones a gemm reads) towards L2, while
+ * the tiles of the rows before them run */
+static void prefetch_rows(const void *w, size_t ldw, int r, int nr) {
+    const char *p = (const char *)w + (size_t)r * ldw;
+    for (size_t o = 0; o < (size_t)nr * ldw; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
+}
+
+/* rows nr of F32 values (a[r] its row r) x tok tokens (b[t] its token t, F16
+ * when hb): tiles of 4 rows (the last rows one by one) x 6 tokens */
+static void float_tiles(bool hb, int n, int nr, const float *const *a, int tok,
+                        const void *const *b, float *y, size_t ldy) {
+    for (int r = 0; r < nr;) {
+        const int rm = nr - r >= 4 ? 4 : 1;
+        const float *ar[4] = {a[r], rm == 4 ? a[r + 1] : NULL, rm == 4 ? a[r + 2] : NULL,
+                              rm == 4 ? a[r + 3] : NULL};
+        for (int t = 0; t < tok; t += 6) {
+            const int rn = tok - t < 6 ? tok - t : 6;
+            float *yt = y + (size_t)t * ldy + (size_t)r;
+            if (hb)
+                (rm == 4 ? f16_tile_4 : f16_tile_1)(rn, n, ar, b + t, yt, ldy);
+            else
+                (rm == 4 ? f32_tile_4 : f32_tile_1)(rn, n, ar, b + t, yt, ldy);
+        }
+        r += rm;
+    }
+}
+
+/* F32 weights: the rows and the activations as they are, blocks of 64
+ * tokens (in L2) against 16 rows at a time. */
+static void gemm_run_f32(int n, int nr, const void *w, size_t ldw, const void *xp, size_t ldx,
+                         int cnt, float *y, size_t ldy, void *scratch) {
+    (void)scratch;
+    const void *b[RP_GEMM_GROUP * 4];
+    for (int t0 = 0; t0 < cnt; t0 += RP_GEMM_GROUP * 4) {
+        const int tok = RP_MIN(cnt - t0, RP_GEMM_GROUP * 4);
+        for (int t = 0; t < tok; t++) b[t] = (const char *)xp + (size_t)(t0 + t) * ldx;
+        for (int r0 = 0; r0 < nr; r0 += 16) {
+            const int rows = RP_MIN(16, nr - r0);
+            if (r0 + 16 < nr) prefetch_rows(w, ldw, r0 + 16, RP_MIN(16, nr - r0 - 16));
+            const float *a[16];
+            for (int i = 0; i < rows; i++)
+                a[i] = (const float *)((const char *)w + (size_t)(r0 + i) * ldw);
+            float_tiles(false, n, rows, a, tok, b, y + (size_t)t0 * ldy + (size_t)r0, ldy);
+        }
+    }
+}
+
+static size_t f32_scratch(int n) {
+    (void)n;
+    return 64;
+}
+
+static const rp_gemm_ops gemm_f32 = {NULL, NULL, f32_scratch, gemm_run_f32};
+
+/* F16 weights: each 4 rows are widened to F32 once into scratch (exactly:
+ * the values vcvtph2ps gives in vec_dot) and reused for every token of the
+ * chunk; the activations are read as they are (F16, half the bytes of
+ * widened copies: widening them once was slower, pp256 72 t/s against 87). */
 static void gemm_run_f16(int n, int nr, const void *w, size_t ldw, const void *xp, size_t ldx,
                          int cnt, float *y, size_t ldy, void *scratch) {
     const int tail = n % 16;
     const __mmask16 mt = (__mmask16)((1u << tail) - 1);
     const size_t stride = rp_align_up((uint64_t)n, 16);
     float *wf = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-    for (int r = 0; r < nr;) {
-        const int rm = nr - r >= 4 ? 4 : 1;
+    const void *b[RP_GEMM_GROUP * 4];
+    for (int r = 0; r < nr; r += 4) {
+        const int rm = RP_MIN(4, nr - r);
+        if (r + 4 < nr) prefetch_rows(w, ldw, r + 4, RP_MIN(4, nr - r - 4));
         const float *a[4];
         for (int i = 0; i < rm; i++) {
             const uint16_t *src = (const uint16_t *)((const char *)w + (size_t)(r + i) * ldw);
@@ -214,18 +303,11 @@ static void gemm_run_f16(int n, int nr, const void *w, size_t ldw, const void *x
             if (tail) _mm512_store_ps(dst + k, f16x16(src + k, mt));
             a[i] = dst;
         }
-        for (int t = 0; t < cnt; t += 6) {
-            const int rn = cnt - t < 6 ? cnt - t : 6;
-            const uint16_t *b[6];
-            for (int j = 0; j < rn; j++)
-                b[j] = (const uint16_t *)((const char *)xp + (size_t)(t + j) * ldx);
-            float *yt = y + (size_t)t * ldy + (size_t)r;
-            if (rm == 4)
-                f16_tile_4(rn, n, a, b, yt, ldy);
-            else
-                f16_tile_1(rn, n, a, b, yt, ldy);
+        for (int t0 = 0; t0 < cnt; t0 += RP_GEMM_GROUP * 4) {
+            const int tok = RP_MIN(cnt - t0, RP_GEMM_GROUP * 4);
+            for (int t = 0; t < tok; t++) b[t] = (const char *)xp + (size_t)(t0 + t) * ldx;
+            float_tiles(true, n, rm, a, tok, b, y + (size_t)t0 * ldy + (size_t)r, ldy);
         }
-        r += rm;
     }
 }
 
@@ -2596,6 +2678,8 @@ void rp_kernels_fill_avx512(rp_kernels *k) {
     k->act_quant[RP_TYPE_F16] = act_f16_avx512;
     k->gemv[RP_TYPE_F16] = gemv_f16;
     k->gemm[RP_TYPE_F16] = &gemm_f16;
+    k->vec_dot[RP_TYPE_F32] = vec_dot_f32_avx512;
+    k->gemm[RP_TYPE_F32] = &gemm_f32;
     k->gemm[RP_TYPE_Q8_0] = &gemm_q8_0;
     k->gemm[RP_TYPE_Q5_0] = &gemm_q5_0;
     k->gemm[RP_TYPE_Q4_0] = &gemm_q4_0;

@@ -53,8 +53,19 @@ static void f32_to_f16_ref(const float *x, uint16_t *y, int n) {
     for (int i = 0; i < n; i++) y[i] = rp_fp32_to_fp16(x[i]);
 }
 
+/* F32 weights: llama.cpp's x86 tinyBLAS arithmetic, as F16's below (16
+ * lanes of fused multiply-adds, the tail as zeros, rp_reduce16). */
 static void vec_dot_f32_ref(int n, float *s, const void *w, const void *x) {
-    *s = dot_f32_ref(n, w, x);
+    const float *a = w, *b = x;
+    float acc[16] = {0};
+    for (int i = 0; i < n; i += 16)
+        for (int l = 0; l < 16; l++) {
+            if (i + l < n)
+                acc[l] = fmaf(a[i + l], b[i + l], acc[l]);
+            else
+                acc[l] += 0.0f;
+        }
+    *s = rp_reduce16(acc);
 }
 /* F16 weights take F16 activations (rp_kern_act_type: llama.cpp rounds them
  * so) and llama.cpp's x86 tinyBLAS arithmetic: 16 lanes over steps of 16
