@@ -189,6 +189,12 @@ void rp_delta_token_ref(float *S, int d, float decay, float beta, const float *q
 void rp_conv_token_ref(float *x, float *h, const float *w, int k, int channels, long c0, long c1);
 /* one lane of the AVX-512 silu (see rp_kernels.silu_mul) */
 float rp_expf_ggml512(float x);
+/* the rows [r, r + nr) of a weight (ldw bytes apart) towards L2: a gemm asks
+ * for the rows it reads next while the tiles of the rows before them run */
+static inline void rp_prefetch_rows(const void *w, size_t ldw, int r, int nr) {
+    const char *p = (const char *)w + (size_t)r * ldw;
+    for (size_t o = 0; o < (size_t)nr * ldw; o += 64) __builtin_prefetch(p + o, 0, 2);
+}
 /* GCC's _mm512_reduce_add_ps order over 16 floats */
 float rp_reduce16(const float *v);
 void rp_silu_mul_ref(float *gate, const float *up, int n);

@@ -226,13 +226,6 @@ F32_TILES(false, 1, f32_tile_1)
 F32_TILES(true, 4, f16_tile_4)
 F32_TILES(true, 1, f16_tile_1)
 
-/* the rows [r, r + nr) of w (the next ones a gemm reads) towards L2, while
- * the tiles of the rows before them run */
-static void prefetch_rows(const void *w, size_t ldw, int r, int nr) {
-    const char *p = (const char *)w + (size_t)r * ldw;
-    for (size_t o = 0; o < (size_t)nr * ldw; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
-}
-
 /* rows nr of F32 values (a[r] its row r) x tok tokens (b[t] its token t, F16
  * when hb): tiles of 4 rows (the last rows one by one) x 6 tokens */
 static void float_tiles(bool hb, int n, int nr, const float *const *a, int tok,
@@ -264,7 +257,7 @@ static void gemm_run_f32(int n, int nr, const void *w, size_t ldw, const void *x
         for (int t = 0; t < tok; t++) b[t] = (const char *)xp + (size_t)(t0 + t) * ldx;
         for (int r0 = 0; r0 < nr; r0 += 16) {
             const int rows = RP_MIN(16, nr - r0);
-            if (r0 + 16 < nr) prefetch_rows(w, ldw, r0 + 16, RP_MIN(16, nr - r0 - 16));
+            if (r0 + 16 < nr) rp_prefetch_rows(w, ldw, r0 + 16, RP_MIN(16, nr - r0 - 16));
             const float *a[16];
             for (int i = 0; i < rows; i++)
                 a[i] = (const float *)((const char *)w + (size_t)(r0 + i) * ldw);
@@ -293,7 +286,7 @@ static void gemm_run_f16(int n, int nr, const void *w, size_t ldw, const void *x
     const void *b[RP_GEMM_GROUP * 4];
     for (int r = 0; r < nr; r += 4) {
         const int rm = RP_MIN(4, nr - r);
-        if (r + 4 < nr) prefetch_rows(w, ldw, r + 4, RP_MIN(4, nr - r - 4));
+        if (r + 4 < nr) rp_prefetch_rows(w, ldw, r + 4, RP_MIN(4, nr - r - 4));
         const float *a[4];
         for (int i = 0; i < rm; i++) {
             const uint16_t *src = (const uint16_t *)((const char *)w + (size_t)(r + i) * ldw);

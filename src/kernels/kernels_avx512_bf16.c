@@ -167,6 +167,7 @@ static void gemm_run_bf16(int n, int nr, const void *w, size_t ldw, const void *
     float *wf = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     for (int r = 0; r < nr;) {
         const int rm = nr - r >= 4 ? 4 : 1;
+        if (r + rm < nr) rp_prefetch_rows(w, ldw, r + rm, RP_MIN(4, nr - r - rm));
         const float *a[4];
         for (int i = 0; i < rm; i++) {
             split_row(n, (const uint16_t *)((const char *)w + (size_t)(r + i) * ldw),
