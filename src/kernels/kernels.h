@@ -203,6 +203,11 @@ void rp_kernels_fill_avx512(rp_kernels *k);
 /* the AVX512_BF16 BF16 kernels (kernels_avx512_bf16.c), over the AVX-512 table
  * where rp_cpu_has_avx512bf16 */
 void rp_kernels_fill_avx512_bf16(rp_kernels *k);
+/* AVX512_BF16: whether vdpbf16ps issues fast enough for the BF16 gemm to use
+ * it (measured); the two BF16 gemms, for the tests (both give the same
+ * floats) */
+bool rp_bf16_dp_fast(void);
+void rp_kernels_bf16_gemms(const rp_gemm_ops **dp, const rp_gemm_ops **fma);
 /* The encoding the CPU kernels take a weight type's activations in: the
  * type's vec_dot_type, but BF16 / F16 for BF16 / F16 weights (llama.cpp's CPU
  * rounds the activations of those matmuls so; the F32 of vec_dot_type is

@@ -106,56 +106,12 @@ static void vec_dot_f32_avx512(int n, float *s, const void *w, const void *x) {
     *s = fdot(false, n, w, x);
 }
 
-/* Four rows at a time read as four short streams (a row of 1024 weights is 16
- * or 32 cache lines), which the hardware prefetchers follow late: the bytes
- * of the rows RP_GEMV_AHEAD rows on (the next rows of a tensor's rows, which
- * lie one after the other) are prefetched as these are read, as many lines
- * per step of 16 inputs as the 4 rows' step covers (2 for F16, 4 for F32). */
-#define RP_GEMV_AHEAD 8
-static inline __attribute__((always_inline)) void
-fgemv(bool h, int n, int nr, const void *w, size_t ldw, const void *x, float *y) {
-    const size_t es = h ? 2 : 4; /* bytes per input */
-    int r = 0;
-    for (; r + 4 <= nr; r += 4) {
-        const char *a0 = (const char *)w + (size_t)r * ldw, *a1 = a0 + ldw, *a2 = a1 + ldw,
-                   *a3 = a2 + ldw;
-        const char *pf = a0 + RP_GEMV_AHEAD * ldw;
-        __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
-        int i = 0;
-        for (; i + 16 <= n; i += 16) {
-            for (size_t l = 0; l < es / 2; l++) {
-                _mm_prefetch(pf + 4 * es * (size_t)i + 128 * l, _MM_HINT_T0);
-                _mm_prefetch(pf + 4 * es * (size_t)i + 128 * l + 64, _MM_HINT_T0);
-            }
-            const __m512 xv = fl16u(h, x, i);
-            c0 = _mm512_fmadd_ps(fl16u(h, a0, i), xv, c0);
-            c1 = _mm512_fmadd_ps(fl16u(h, a1, i), xv, c1);
-            c2 = _mm512_fmadd_ps(fl16u(h, a2, i), xv, c2);
-            c3 = _mm512_fmadd_ps(fl16u(h, a3, i), xv, c3);
-        }
-        if (i < n) {
-            const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-            const __m512 xv = fl16(h, x, i, m);
-            c0 = _mm512_fmadd_ps(fl16(h, a0, i, m), xv, c0);
-            c1 = _mm512_fmadd_ps(fl16(h, a1, i, m), xv, c1);
-            c2 = _mm512_fmadd_ps(fl16(h, a2, i, m), xv, c2);
-            c3 = _mm512_fmadd_ps(fl16(h, a3, i, m), xv, c3);
-        }
-        y[r] = _mm512_reduce_add_ps(c0);
-        y[r + 1] = _mm512_reduce_add_ps(c1);
-        y[r + 2] = _mm512_reduce_add_ps(c2);
-        y[r + 3] = _mm512_reduce_add_ps(c3);
-    }
-    for (; r < nr; r++) y[r] = fdot(h, n, (const char *)w + (size_t)r * ldw, x);
-}
-
-static void gemv_f16(int n, int nr, const void *w, size_t ldw, const void *x, float *y) {
-    fgemv(true, n, nr, w, ldw, x, y);
-}
-
-/* F32 weights have no gemv: four F32 row streams generate slower than one
- * row after another through vec_dot (tg32 of the Qwen3-0.6B shape at -t 1,
- * Zen 4: 5.7-6.2 t/s against 7.4-7.7). */
+/* F16 and F32 weights have no multi-row gemv: one token goes row after row
+ * through vec_dot. Four rows read side by side (sharing each activation
+ * load, the rows 8 on prefetched) generated slower on Zen 4 (Qwen3-0.6B
+ * shape tg32, 3 alternations: F16 -t 1 11.5-14.4 t/s against 15.6-17.9 row
+ * by row, -t 2 16.9-19.2 against 22.7-26.4; F32 -t 1 5.7-6.2 against
+ * 7.4-7.7): the one stream the prefetchers follow beats four short ones. */
 
 /* A tile of RM <= 4 rows (F32) x RN <= 6 tokens (F16 when hb, widened as
  * read, else F32), the tail past the last multiple of 16 masked to zeros as
@@ -1318,6 +1274,7 @@ static inline int32_t hsum_i32x16(__m512i v) {
     q = _mm_add_epi32(q, _mm_shuffle_epi32(q, 0xB1));
     return _mm_cvtsi128_si32(q);
 }
+
 
 /* [a x 16 | b x 16] as int16 */
 static inline __m512i scale_pair16(int a, int b) {
@@ -2669,7 +2626,6 @@ void rp_kernels_fill_avx512(rp_kernels *k) {
     k->act_quant[RP_TYPE_Q8_K] = act_q8_K_avx512;
     k->vec_dot[RP_TYPE_F16] = vec_dot_f16_avx512;
     k->act_quant[RP_TYPE_F16] = act_f16_avx512;
-    k->gemv[RP_TYPE_F16] = gemv_f16;
     k->gemm[RP_TYPE_F16] = &gemm_f16;
     k->vec_dot[RP_TYPE_F32] = vec_dot_f32_avx512;
     k->gemm[RP_TYPE_F32] = &gemm_f32;

@@ -5,14 +5,16 @@
  * accumulator per output over steps of 32 inputs, the row's n % 32 tail
  * masked to zero pairs, _mm512_reduce_add_ps. That is llama.cpp's x86
  * tinyBLAS arithmetic for BF16 (one accumulator per output, k in steps of
- * 32): vec_dot and the multi-row gemv with vdpbf16ps, the gemm with two FMAs
- * per instruction's pair (faster here, the same floats: below), so a batch
- * equals its tokens one at a time. */
+ * 32): vec_dot with vdpbf16ps, the gemm with it too
+ * or with two FMAs per instruction's pair (the same floats, below), which
+ * ever this CPU issues faster (rp_bf16_dp_fast), so a batch equals its
+ * tokens one at a time. */
 #include "kernels/kernels.h"
 #include "base/util.h"
 
 #include <immintrin.h>
 #include <string.h>
+#include <time.h>
 
 #define UNROLL8 _Pragma("GCC unroll 8")
 
@@ -41,45 +43,108 @@ static void vec_dot_bf16_avx512(int n, float *s, const void *w, const void *x) {
     *s = _mm512_reduce_add_ps(acc);
 }
 
-/* 4 rows per step sharing each activation load */
-static void gemv_bf16(int n, int nr, const void *w, size_t ldw, const void *x, float *y) {
-    const uint16_t *b = x;
+/* No multi-row gemv: row after row through vec_dot generates faster (as
+ * for F16, kernels_avx512.c; BF16 tg32 on Zen 4, 3 alternations: -t 1
+ * 11.8-12.8 t/s with the 4-row gemv against 15.8-19.5, -t 2 17.0-20.4
+ * against 23.1-24.7). */
+
+/* The gemm in vdpbf16ps: a tile of RM rows x RN <= 6 tokens, the rows' and
+ * the tokens' bf16 read as they are (no packing), one accumulator per
+ * output as vec_dot. Where the instruction issues at about vfmadd231ps's
+ * rate (Zen 4) this is the faster gemm; where it does not (Zen 5, below),
+ * the FMA gemm is. bf16_dp_fast measures which, once. */
+static inline __attribute__((always_inline)) void dtile(int RM, int RN, int n, const uint16_t **a,
+                                                        const uint16_t **b, float *y, size_t ldy) {
     const int nk = n - n % 32;
-    const __mmask32 m = tail_mask(n);
-    int r = 0;
-    for (; r + 4 <= nr; r += 4) {
-        const uint16_t *a0 = (const uint16_t *)((const char *)w + (size_t)r * ldw);
-        const uint16_t *a1 = (const uint16_t *)((const char *)a0 + ldw),
-                       *a2 = (const uint16_t *)((const char *)a1 + ldw),
-                       *a3 = (const uint16_t *)((const char *)a2 + ldw);
-        /* the rows 8 rows on, prefetched as these are read (gemv_f16) */
-        const char *pf = (const char *)a0 + 8 * ldw;
-        __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
-        for (int i = 0; i < nk; i += 32) {
-            _mm_prefetch(pf + 8 * i, _MM_HINT_T0);
-            _mm_prefetch(pf + 8 * i + 64, _MM_HINT_T0);
-            _mm_prefetch(pf + 8 * i + 128, _MM_HINT_T0);
-            _mm_prefetch(pf + 8 * i + 192, _MM_HINT_T0);
-            const __m512bh xv = ld(b + i);
-            c0 = _mm512_dpbf16_ps(c0, ld(a0 + i), xv);
-            c1 = _mm512_dpbf16_ps(c1, ld(a1 + i), xv);
-            c2 = _mm512_dpbf16_ps(c2, ld(a2 + i), xv);
-            c3 = _mm512_dpbf16_ps(c3, ld(a3 + i), xv);
+    __m512 c[4][6];
+    UNROLL8
+    for (int i = 0; i < RM; i++) UNROLL8
+    for (int j = 0; j < RN; j++) c[i][j] = _mm512_setzero_ps();
+    for (int k = 0; k < nk; k += 32) {
+        __m512bh av[4];
+        UNROLL8
+        for (int i = 0; i < RM; i++) av[i] = ld(a[i] + k);
+        UNROLL8
+        for (int j = 0; j < RN; j++) {
+            const __m512bh bv = ld(b[j] + k);
+            UNROLL8
+            for (int i = 0; i < RM; i++) c[i][j] = _mm512_dpbf16_ps(c[i][j], av[i], bv);
         }
-        if (nk < n) {
-            const __m512bh xv = ldm(b + nk, m);
-            c0 = _mm512_dpbf16_ps(c0, ldm(a0 + nk, m), xv);
-            c1 = _mm512_dpbf16_ps(c1, ldm(a1 + nk, m), xv);
-            c2 = _mm512_dpbf16_ps(c2, ldm(a2 + nk, m), xv);
-            c3 = _mm512_dpbf16_ps(c3, ldm(a3 + nk, m), xv);
-        }
-        y[r] = _mm512_reduce_add_ps(c0);
-        y[r + 1] = _mm512_reduce_add_ps(c1);
-        y[r + 2] = _mm512_reduce_add_ps(c2);
-        y[r + 3] = _mm512_reduce_add_ps(c3);
     }
-    for (; r < nr; r++) vec_dot_bf16_avx512(n, &y[r], (const char *)w + (size_t)r * ldw, x);
+    if (nk < n) {
+        const __mmask32 m = tail_mask(n);
+        __m512bh av[4];
+        UNROLL8
+        for (int i = 0; i < RM; i++) av[i] = ldm(a[i] + nk, m);
+        UNROLL8
+        for (int j = 0; j < RN; j++) {
+            const __m512bh bv = ldm(b[j] + nk, m);
+            UNROLL8
+            for (int i = 0; i < RM; i++) c[i][j] = _mm512_dpbf16_ps(c[i][j], av[i], bv);
+        }
+    }
+    UNROLL8
+    for (int j = 0; j < RN; j++) UNROLL8
+    for (int i = 0; i < RM; i++) y[(size_t)j * ldy + (size_t)i] = _mm512_reduce_add_ps(c[i][j]);
 }
+
+#define DTILES(RM)                                                                                 \
+    static void dtile_##RM(int rn, int n, const uint16_t **a, const uint16_t **b, float *y,        \
+                           size_t ldy) {                                                           \
+        switch (rn) {                                                                              \
+        case 6:                                                                                    \
+            dtile(RM, 6, n, a, b, y, ldy);                                                         \
+            break;                                                                                 \
+        case 5:                                                                                    \
+            dtile(RM, 5, n, a, b, y, ldy);                                                         \
+            break;                                                                                 \
+        case 4:                                                                                    \
+            dtile(RM, 4, n, a, b, y, ldy);                                                         \
+            break;                                                                                 \
+        case 3:                                                                                    \
+            dtile(RM, 3, n, a, b, y, ldy);                                                         \
+            break;                                                                                 \
+        case 2:                                                                                    \
+            dtile(RM, 2, n, a, b, y, ldy);                                                         \
+            break;                                                                                 \
+        default:                                                                                   \
+            dtile(RM, 1, n, a, b, y, ldy);                                                         \
+            break;                                                                                 \
+        }                                                                                          \
+    }
+DTILES(4)
+DTILES(1)
+
+/* Rows in tiles of 4 (the last rows one by one), each against every token in
+ * tiles of 6: the tile's rows stay in L1, the chunk of tokens in L2; the
+ * next rows prefetched to L2 meanwhile. */
+static void gemm_run_bf16_dp(int n, int nr, const void *w, size_t ldw, const void *xp, size_t ldx,
+                             int cnt, float *y, size_t ldy, void *scratch) {
+    (void)scratch;
+    for (int r = 0; r < nr;) {
+        const int rm = nr - r >= 4 ? 4 : 1;
+        if (r + rm < nr) rp_prefetch_rows(w, ldw, r + rm, RP_MIN(4, nr - r - rm));
+        const uint16_t *a[4];
+        for (int i = 0; i < rm; i++)
+            a[i] = (const uint16_t *)((const char *)w + (size_t)(r + i) * ldw);
+        for (int t = 0; t < cnt; t += 6) {
+            const int rn = cnt - t < 6 ? cnt - t : 6;
+            const uint16_t *b[6];
+            for (int j = 0; j < rn; j++)
+                b[j] = (const uint16_t *)((const char *)xp + (size_t)(t + j) * ldx);
+            float *yt = y + (size_t)t * ldy + (size_t)r;
+            (rm == 4 ? dtile_4 : dtile_1)(rn, n, a, b, yt, ldy);
+        }
+        r += rm;
+    }
+}
+
+static size_t bf16_dp_scratch(int n) {
+    (void)n;
+    return 64;
+}
+
+static const rp_gemm_ops gemm_bf16_dp = {NULL, NULL, bf16_dp_scratch, gemm_run_bf16_dp};
 
 /* The gemm does not use vdpbf16ps: on Zen 5 it issues at a quarter of the
  * rate of vfmadd231ps (measured: 1.3 G/s against 5.3 G/s on one core), so
@@ -213,9 +278,52 @@ static void act_bf16_avx512(const float *x, void *y, int64_t n) {
     for (; i < n; i++) d[i] = rp_fp32_to_bf16(x[i]);
 }
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* seconds of 8 independent chains of 4096 vdpbf16ps (dp) or vfmadd231ps:
+ * register-only, so the issue rate alone */
+static double chains_s(bool dp) {
+    const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3a83);
+    const __m512 fa = _mm512_set1_ps(1.0f), fb = _mm512_set1_ps(1e-3f);
+    __m512 c[8];
+    for (int i = 0; i < 8; i++) c[i] = _mm512_set1_ps((float)i);
+    const double t0 = now_s();
+    for (int r = 0; r < 4096; r++) {
+        if (dp)
+            for (int i = 0; i < 8; i++) c[i] = _mm512_dpbf16_ps(c[i], a, b);
+        else
+            for (int i = 0; i < 8; i++) c[i] = _mm512_fmadd_ps(fa, fb, c[i]);
+        __asm__ volatile("" : "+v"(c[0]), "+v"(c[1]), "+v"(c[2]), "+v"(c[3]), "+v"(c[4]),
+                         "+v"(c[5]), "+v"(c[6]), "+v"(c[7]));
+    }
+    const double t = now_s() - t0;
+    volatile float sink = _mm512_reduce_add_ps(c[0]);
+    (void)sink;
+    return t;
+}
+
+/* vdpbf16ps (two products a lane) at least 5/8 of vfmadd231ps's rate: the
+ * best of 5 measurements of each, about 0.1 ms in all */
+bool rp_bf16_dp_fast(void) {
+    double dp = 1e9, fma = 1e9;
+    for (int i = 0; i < 5; i++) {
+        dp = RP_MIN(dp, chains_s(true));
+        fma = RP_MIN(fma, chains_s(false));
+    }
+    return dp < 1.6 * fma;
+}
+
+void rp_kernels_bf16_gemms(const rp_gemm_ops **dp, const rp_gemm_ops **fma) {
+    *dp = &gemm_bf16_dp;
+    *fma = &gemm_bf16;
+}
+
 void rp_kernels_fill_avx512_bf16(rp_kernels *k) {
     k->vec_dot[RP_TYPE_BF16] = vec_dot_bf16_avx512;
-    k->gemv[RP_TYPE_BF16] = gemv_bf16;
-    k->gemm[RP_TYPE_BF16] = &gemm_bf16;
+    k->gemm[RP_TYPE_BF16] = rp_bf16_dp_fast() ? &gemm_bf16_dp : &gemm_bf16;
     k->act_quant[RP_TYPE_BF16] = act_bf16_avx512;
 }

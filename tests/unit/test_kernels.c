@@ -428,15 +428,94 @@ void test_kernels_attention_helpers(void) {
     }
 }
 
+/* One gemm of one ISA against that ISA's vec_dot (and for quantized types
+ * the scalar one) for 1..TOKS tokens and the row counts below. */
+static void gemm_vs_vec_dot(int isa, int type, const rp_gemm_ops *gm) {
+    enum { TOKS = 37, MAXR = 37 };
+    const int row_counts[] = {1, 3, 5, 7, MAXR};
+    const rp_kernels *K = rp_kern_for((rp_isa)isa), *R = rp_kern_for(RP_ISA_SCALAR);
+    const rp_type_traits *t = rp_type_get(type);
+    const int vdt = rp_kern_act_type(type), n = t->blck_size == 256 ? 512 : 96;
+    const bool quant = vdt != RP_TYPE_F32;
+    const size_t rb = rp_row_size(type, n),
+                 xb = quant ? rp_row_size(vdt, n) : (size_t)n * sizeof(float);
+    const int ng = (TOKS + RP_GEMM_GROUP - 1) / RP_GEMM_GROUP;
+    rp_rng rng;
+    rp_rng_seed(&rng, 500 + (uint64_t)type);
+    uint8_t *w = malloc(rb * MAXR), *xq = malloc(xb * TOKS);
+    float *x = malloc((size_t)n * TOKS * sizeof(float));
+    float *ref = malloc((size_t)MAXR * TOKS * sizeof(float));
+    float *g = malloc((size_t)(MAXR + 1) * TOKS * sizeof(float));
+    uint8_t *xp =
+        gm->pack ? rp_alloc_aligned(gm->group_bytes(n) * (size_t)ng, "test") : NULL;
+    uint8_t *scr = rp_alloc_aligned(gm->scratch_bytes(n), "test");
+    REQUIRE(w && xq && x && ref && g && (xp || !gm->pack) && scr, "alloc");
+    make_rows(type, n, MAXR, w, &rng);
+    make_acts(n, TOKS, x, &rng);
+    for (int tk = 0; tk < TOKS; tk++) {
+        if (quant)
+            K->act_quant[vdt](x + (size_t)tk * (size_t)n, xq + (size_t)tk * xb, n);
+        else
+            memcpy(xq + (size_t)tk * xb, x + (size_t)tk * (size_t)n, xb);
+    }
+    int bad_ref = 0;
+    for (int tk = 0; tk < TOKS; tk++)
+        for (int r = 0; r < MAXR; r++) {
+            float *v = &ref[(size_t)tk * MAXR + (size_t)r], s;
+            K->vec_dot[type](n, v, w + (size_t)r * rb, xq + (size_t)tk * xb);
+            R->vec_dot[type](n, &s, w + (size_t)r * rb, xq + (size_t)tk * xb);
+            bad_ref += quant && memcmp(v, &s, sizeof s) != 0; /* floats: rounding */
+        }
+    CHECK(!bad_ref, "%s %s: vec_dot differs from the scalar one at %d outputs",
+          rp_isa_name((rp_isa)isa), t->name, bad_ref);
+    int bad = 0, worst = 0;
+    for (int cnt = 1; cnt <= TOKS; cnt++) {
+        if (gm->pack)
+            for (int gi = 0; gi * RP_GEMM_GROUP < cnt; gi++)
+                gm->pack(n, RP_MIN(RP_GEMM_GROUP, cnt - gi * RP_GEMM_GROUP),
+                         xq + (size_t)gi * RP_GEMM_GROUP * xb, xb,
+                         xp + (size_t)gi * gm->group_bytes(n));
+        const void *xs = gm->pack ? (const void *)xp : xq;
+        for (size_t k = 0; k < RP_ARRAY_LEN(row_counts); k++) {
+            const int nr = row_counts[k], ldy = MAXR + 1;
+            for (size_t e = 0; e < (size_t)ldy * TOKS; e++) g[e] = NAN;
+            /* the rows in two calls, the second starting at an odd row */
+            const int split = nr / 2 | 1;
+            gm->run(n, RP_MIN(split, nr), w, rb, xs, xb, cnt, g, (size_t)ldy, scr);
+            if (nr > split)
+                gm->run(n, nr - split, w + (size_t)split * rb, rb, xs, xb, cnt, g + split,
+                        (size_t)ldy, scr);
+            int b = 0;
+            for (int tk = 0; tk < TOKS; tk++)
+                for (int r = 0; r < ldy; r++) {
+                    const float v = g[(size_t)tk * (size_t)ldy + (size_t)r];
+                    if (tk >= cnt || r >= nr)
+                        b += !isnan(v); /* nothing written outside */
+                    else
+                        b += memcmp(&v, &ref[(size_t)tk * MAXR + (size_t)r], sizeof v) != 0;
+                }
+            if (b && !bad) worst = cnt * 100 + nr;
+            bad += b;
+        }
+    }
+    CHECK(!bad,
+          "%s %s: gemm differs from vec_dot at %d outputs (first at %d tokens, %d rows)",
+          rp_isa_name((rp_isa)isa), t->name, bad, worst / 100, worst % 100);
+    free(w);
+    free(xq);
+    free(x);
+    free(ref);
+    free(g);
+    rp_free_aligned(xp);
+    rp_free_aligned(scr);
+}
+
 /* The multi-token gemm of every type that has one (Q4_1 and Q5_1 among
  * them: llama.cpp's vec_dot order, 8 lanes and the min term, on tiles of rows
  * and tokens) equals this ISA's one-row vec_dot bit for bit, for every token
  * count 1..37 (the last group partial) and odd row counts (partial row tiles);
  * for quantized types that is the scalar vec_dot's float too. */
 void test_kernels_gemm_every_token_count(void) {
-    enum { TOKS = 37, MAXR = 37 };
-    const int row_counts[] = {1, 3, 5, 7, MAXR};
-    const rp_kernels *R = rp_kern_for(RP_ISA_SCALAR);
     int tested = 0;
     for (int isa = RP_ISA_SCALAR + 1; isa <= (int)rp_cpu_isa_max(); isa++) {
         const rp_kernels *K = rp_kern_for((rp_isa)isa);
@@ -444,82 +523,18 @@ void test_kernels_gemm_every_token_count(void) {
             const int type = k_types[i];
             const rp_gemm_ops *gm = K->gemm[type];
             if (!gm) continue;
-            const rp_type_traits *t = rp_type_get(type);
-            const int vdt = rp_kern_act_type(type), n = t->blck_size == 256 ? 512 : 96;
-            const bool quant = vdt != RP_TYPE_F32;
-            const size_t rb = rp_row_size(type, n),
-                         xb = quant ? rp_row_size(vdt, n) : (size_t)n * sizeof(float);
-            const int ng = (TOKS + RP_GEMM_GROUP - 1) / RP_GEMM_GROUP;
-            rp_rng rng;
-            rp_rng_seed(&rng, 500 + (uint64_t)type);
-            uint8_t *w = malloc(rb * MAXR), *xq = malloc(xb * TOKS);
-            float *x = malloc((size_t)n * TOKS * sizeof(float));
-            float *ref = malloc((size_t)MAXR * TOKS * sizeof(float));
-            float *g = malloc((size_t)(MAXR + 1) * TOKS * sizeof(float));
-            uint8_t *xp =
-                gm->pack ? rp_alloc_aligned(gm->group_bytes(n) * (size_t)ng, "test") : NULL;
-            uint8_t *scr = rp_alloc_aligned(gm->scratch_bytes(n), "test");
-            REQUIRE(w && xq && x && ref && g && (xp || !gm->pack) && scr, "alloc");
-            make_rows(type, n, MAXR, w, &rng);
-            make_acts(n, TOKS, x, &rng);
-            for (int tk = 0; tk < TOKS; tk++) {
-                if (quant)
-                    K->act_quant[vdt](x + (size_t)tk * (size_t)n, xq + (size_t)tk * xb, n);
-                else
-                    memcpy(xq + (size_t)tk * xb, x + (size_t)tk * (size_t)n, xb);
-            }
-            int bad_ref = 0;
-            for (int tk = 0; tk < TOKS; tk++)
-                for (int r = 0; r < MAXR; r++) {
-                    float *v = &ref[(size_t)tk * MAXR + (size_t)r], s;
-                    K->vec_dot[type](n, v, w + (size_t)r * rb, xq + (size_t)tk * xb);
-                    R->vec_dot[type](n, &s, w + (size_t)r * rb, xq + (size_t)tk * xb);
-                    bad_ref += quant && memcmp(v, &s, sizeof s) != 0; /* floats: rounding */
-                }
-            CHECK(!bad_ref, "%s %s: vec_dot differs from the scalar one at %d outputs",
-                  rp_isa_name((rp_isa)isa), t->name, bad_ref);
-            int bad = 0, worst = 0;
-            for (int cnt = 1; cnt <= TOKS; cnt++) {
-                if (gm->pack)
-                    for (int gi = 0; gi * RP_GEMM_GROUP < cnt; gi++)
-                        gm->pack(n, RP_MIN(RP_GEMM_GROUP, cnt - gi * RP_GEMM_GROUP),
-                                 xq + (size_t)gi * RP_GEMM_GROUP * xb, xb,
-                                 xp + (size_t)gi * gm->group_bytes(n));
-                const void *xs = gm->pack ? (const void *)xp : xq;
-                for (size_t k = 0; k < RP_ARRAY_LEN(row_counts); k++) {
-                    const int nr = row_counts[k], ldy = MAXR + 1;
-                    for (size_t e = 0; e < (size_t)ldy * TOKS; e++) g[e] = NAN;
-                    /* the rows in two calls, the second starting at an odd row */
-                    const int split = nr / 2 | 1;
-                    gm->run(n, RP_MIN(split, nr), w, rb, xs, xb, cnt, g, (size_t)ldy, scr);
-                    if (nr > split)
-                        gm->run(n, nr - split, w + (size_t)split * rb, rb, xs, xb, cnt, g + split,
-                                (size_t)ldy, scr);
-                    int b = 0;
-                    for (int tk = 0; tk < TOKS; tk++)
-                        for (int r = 0; r < ldy; r++) {
-                            const float v = g[(size_t)tk * (size_t)ldy + (size_t)r];
-                            if (tk >= cnt || r >= nr)
-                                b += !isnan(v); /* nothing written outside */
-                            else
-                                b += memcmp(&v, &ref[(size_t)tk * MAXR + (size_t)r], sizeof v) != 0;
-                        }
-                    if (b && !bad) worst = cnt * 100 + nr;
-                    bad += b;
-                }
-            }
-            CHECK(!bad,
-                  "%s %s: gemm differs from vec_dot at %d outputs (first at %d tokens, %d rows)",
-                  rp_isa_name((rp_isa)isa), t->name, bad, worst / 100, worst % 100);
+            gemm_vs_vec_dot(isa, type, gm);
             tested++;
-            free(w);
-            free(xq);
-            free(x);
-            free(ref);
-            free(g);
-            rp_free_aligned(xp);
-            rp_free_aligned(scr);
         }
+    }
+    /* both BF16 gemms where vdpbf16ps exists, whichever this CPU runs */
+    if (rp_cpu_isa_max() == RP_ISA_AVX512 && rp_cpu_has_avx512bf16()) {
+        const rp_gemm_ops *dp, *fma;
+        rp_kernels_bf16_gemms(&dp, &fma);
+        gemm_vs_vec_dot(RP_ISA_AVX512, RP_TYPE_BF16, dp);
+        gemm_vs_vec_dot(RP_ISA_AVX512, RP_TYPE_BF16, fma);
+        printf("     BF16: both gemms (vdpbf16ps, FMA); this CPU runs the %s one\n",
+               rp_bf16_dp_fast() ? "vdpbf16ps" : "FMA");
     }
     if (rp_cpu_isa_max() == RP_ISA_SCALAR) printf("     (no SIMD level on this CPU: no gemm)\n");
     CHECK(rp_cpu_isa_max() == RP_ISA_SCALAR || tested > 0, "no gemm was tested");
