@@ -1275,7 +1275,6 @@ static inline int32_t hsum_i32x16(__m512i v) {
     return _mm_cvtsi128_si32(q);
 }
 
-
 /* [a x 16 | b x 16] as int16 */
 static inline __m512i scale_pair16(int a, int b) {
     return _mm512_inserti64x4(_mm512_set1_epi16((short)a), _mm256_set1_epi16((short)b), 1);

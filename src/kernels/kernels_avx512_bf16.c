@@ -297,8 +297,9 @@ static double chains_s(bool dp) {
             for (int i = 0; i < 8; i++) c[i] = _mm512_dpbf16_ps(c[i], a, b);
         else
             for (int i = 0; i < 8; i++) c[i] = _mm512_fmadd_ps(fa, fb, c[i]);
-        __asm__ volatile("" : "+v"(c[0]), "+v"(c[1]), "+v"(c[2]), "+v"(c[3]), "+v"(c[4]),
-                         "+v"(c[5]), "+v"(c[6]), "+v"(c[7]));
+        __asm__ volatile(""
+                         : "+v"(c[0]), "+v"(c[1]), "+v"(c[2]), "+v"(c[3]), "+v"(c[4]), "+v"(c[5]),
+                           "+v"(c[6]), "+v"(c[7]));
     }
     const double t = now_s() - t0;
     volatile float sink = _mm512_reduce_add_ps(c[0]);

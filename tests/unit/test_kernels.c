@@ -446,8 +446,7 @@ static void gemm_vs_vec_dot(int isa, int type, const rp_gemm_ops *gm) {
     float *x = malloc((size_t)n * TOKS * sizeof(float));
     float *ref = malloc((size_t)MAXR * TOKS * sizeof(float));
     float *g = malloc((size_t)(MAXR + 1) * TOKS * sizeof(float));
-    uint8_t *xp =
-        gm->pack ? rp_alloc_aligned(gm->group_bytes(n) * (size_t)ng, "test") : NULL;
+    uint8_t *xp = gm->pack ? rp_alloc_aligned(gm->group_bytes(n) * (size_t)ng, "test") : NULL;
     uint8_t *scr = rp_alloc_aligned(gm->scratch_bytes(n), "test");
     REQUIRE(w && xq && x && ref && g && (xp || !gm->pack) && scr, "alloc");
     make_rows(type, n, MAXR, w, &rng);
@@ -498,8 +497,7 @@ static void gemm_vs_vec_dot(int isa, int type, const rp_gemm_ops *gm) {
             bad += b;
         }
     }
-    CHECK(!bad,
-          "%s %s: gemm differs from vec_dot at %d outputs (first at %d tokens, %d rows)",
+    CHECK(!bad, "%s %s: gemm differs from vec_dot at %d outputs (first at %d tokens, %d rows)",
           rp_isa_name((rp_isa)isa), t->name, bad, worst / 100, worst % 100);
     free(w);
     free(xq);
